@@ -1,0 +1,152 @@
+"""Boards: one TOML file per board in boards/. Adding a board is adding a file."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import BoardError
+
+BOARDS_DIR = Path(__file__).resolve().parent.parent / "boards"
+
+
+@dataclass(frozen=True)
+class Target:
+    kind: str  # "llvm" (object files) or "c" (C source kernels)
+    triple: str
+    cpu: str
+    features: tuple[str, ...]
+    cores: int
+    vector_bits: int
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    cc: str
+    ar: str
+    cflags: tuple[str, ...]
+    ldflags: tuple[str, ...]
+    platform: str  # "posix" or "single"
+
+
+@dataclass(frozen=True)
+class Timing:
+    warmup: int = 3
+    number: int = 1
+    repeat: int = 20
+    min_repeat_ms: int = 50
+    cooldown_ms: int = 0
+
+
+@dataclass(frozen=True)
+class Board:
+    name: str
+    description: str
+    path: Path
+    target: Target
+    toolchain: Toolchain
+    transport: dict = field(default_factory=dict)
+    rpc_key: str = ""
+    timing: Timing = Timing()
+
+    @property
+    def vector_lanes_f32(self) -> int:
+        return max(1, self.target.vector_bits // 32)
+
+    def tvm_target(self):
+        """The TVM target dict (FACTS.md: strings are rejected)."""
+        import tvm
+
+        cfg = {"kind": self.target.kind, "mtriple": self.target.triple, "num-cores": self.target.cores}
+        if self.target.kind == "llvm":
+            cfg["mcpu"] = self.target.cpu
+            if self.target.features:
+                cfg["mattr"] = list(self.target.features)
+        return tvm.target.Target(cfg)
+
+
+def _need(d: dict, key: str, kind: type, path: Path, section: str):
+    where = f"{section}.{key}" if section else key
+    if key not in d:
+        raise BoardError(f"board file {path}: missing key '{where}' ({kind.__name__} expected)")
+    v = d[key]
+    if not isinstance(v, kind) or (kind is int and isinstance(v, bool)):
+        raise BoardError(f"board file {path}: key '{where}' must be {kind.__name__}, got {type(v).__name__} {v!r}")
+    return v
+
+
+def _host_cpu() -> str:
+    import tvm
+
+    return str(tvm.target.codegen.llvm_get_system_cpu())
+
+
+def _host_vector_bits() -> int:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return 128
+    return 512 if "avx512f" in flags else 256 if "avx2" in flags else 128
+
+
+def _auto_int(d: dict, key: str, path: Path, section: str, auto) -> int:
+    v = d.get(key, "auto")
+    if v == "auto":
+        return int(auto())
+    return _need(d, key, int, path, section)
+
+
+def load_board_file(path: Path) -> Board:
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise BoardError(f"board file {path}: not valid TOML ({e})") from None
+    t = _need(raw, "target", dict, path, "")
+    tc = _need(raw, "toolchain", dict, path, "")
+    cpu = _need(t, "cpu", str, path, "target")
+    target = Target(
+        kind=_need(t, "kind", str, path, "target"),
+        triple=_need(t, "triple", str, path, "target"),
+        cpu=_host_cpu() if cpu == "native" else cpu,
+        features=tuple(t.get("features", [])),
+        cores=_auto_int(t, "cores", path, "target", os.cpu_count),
+        vector_bits=_auto_int(t, "vector_bits", path, "target", _host_vector_bits),
+    )
+    if target.kind not in ("llvm", "c"):
+        raise BoardError(f"board file {path}: key 'target.kind' must be \"llvm\" or \"c\", got {target.kind!r}")
+    toolchain = Toolchain(
+        cc=_need(tc, "cc", str, path, "toolchain"),
+        ar=tc.get("ar", "ar"),
+        cflags=tuple(tc.get("cflags", [])),
+        ldflags=tuple(tc.get("ldflags", [])),
+        platform=tc.get("platform", "posix"),
+    )
+    timing_raw = raw.get("timing", {})
+    timing = Timing(**{k: _need(timing_raw, k, int, path, "timing") for k in Timing.__dataclass_fields__ if k in timing_raw})
+    return Board(
+        name=_need(raw, "name", str, path, ""),
+        description=raw.get("description", ""),
+        path=path,
+        target=target,
+        toolchain=toolchain,
+        transport=raw.get("transport", {"kind": "local"}),
+        rpc_key=raw.get("rpc", {}).get("key", raw["name"]),
+        timing=timing,
+    )
+
+
+def board_files(boards_dir: Path = BOARDS_DIR) -> list[Path]:
+    return sorted(boards_dir.glob("*.toml"))
+
+
+def load_board(name: str, boards_dir: Path = BOARDS_DIR) -> Board:
+    path = boards_dir / f"{name}.toml"
+    if not path.exists():
+        known = ", ".join(p.stem for p in board_files(boards_dir)) or "none"
+        raise BoardError(f"unknown board '{name}' (known: {known}); add boards/{name}.toml to define it")
+    board = load_board_file(path)
+    if board.name != name:
+        raise BoardError(f"board file {path}: key 'name' is {board.name!r}, expected {name!r} (the file name)")
+    return board

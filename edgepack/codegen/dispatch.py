@@ -1,0 +1,29 @@
+"""Shape dispatchers: per split kernel, which main variant covers the whole-tile rows at the run's dims.
+
+`FixedChoice` is what untuned packages use (one main variant). The tuner's table + decision tree plugs in
+as another `Dispatcher` with the same two methods: `choose` (Python, for tests) and `emit_c`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..model.plan import DimRange
+
+
+class Dispatcher(Protocol):
+    def choose(self, dims: dict[str, int]) -> int: ...
+
+    def emit_c(self, fn_name: str, dims: list[DimRange]) -> str: ...
+
+
+@dataclass(frozen=True)
+class FixedChoice:
+    variant: int = 0
+
+    def choose(self, dims: dict[str, int]) -> int:
+        return self.variant
+
+    def emit_c(self, fn_name: str, dims: list[DimRange]) -> str:
+        return f"int {fn_name}(const int64_t* dims) {{\n  (void)dims;\n  return {self.variant};\n}}\n"

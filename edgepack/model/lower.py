@@ -1,0 +1,231 @@
+"""ONNX -> Relax -> a static plan: ordered kernel calls over tensors with symbolic shapes, and an arena.
+
+Relax's own passes do the heavy lifting (legalize to TIR, fuse, plan storage at the dims' upper bounds);
+`_PlanWalker` turns the resulting flat `main` into a `Plan` (FACTS.md: "a ~40-line walk").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import onnx
+import tvm
+from tvm import relax
+
+from ..errors import ModelError
+from .plan import ALIGN, Block, DimRange, KernelCall, Output, Plan, SymExpr, Tensor, align_up
+from .symexpr import c_ident, to_sym
+
+
+@dataclass
+class Lowered:
+    """The plan plus the TIR kernels it calls (by name)."""
+
+    plan: Plan
+    kernels: dict[str, tvm.tirx.PrimFunc]
+
+
+def import_relax(model: onnx.ModelProto) -> tvm.IRModule:
+    from tvm.relax.frontend.onnx import from_onnx  # must be imported explicitly (FACTS.md)
+
+    try:
+        return from_onnx(model, keep_params_in_input=True)
+    except Exception as e:  # the frontend raises many types; the first line names the node
+        first = (str(e).strip().splitlines() or [type(e).__name__])[-1][:300]
+        raise ModelError(f"TVM's ONNX importer failed: {first}") from None
+
+
+def relax_pipeline() -> tvm.transform.Pass:
+    t = relax.transform
+    return tvm.transform.Sequential([
+        t.LegalizeOps(), t.AnnotateTIROpPattern(), t.FoldConstant(), t.FuseOps(), t.FuseTIR(),
+        t.DeadCodeElimination(), t.RewriteDataflowReshape(), t.ToNonDataflow(), t.RemovePurityChecking(),
+        t.CallTIRRewrite(), t.StaticPlanBlockMemory(),
+    ])
+
+
+def lower(name: str, mod: tvm.IRModule, dims: list[DimRange]) -> Lowered:
+    main = mod["main"]
+    ub = {d.name: d.hi for d in dims}
+    mod["main"] = main.with_attr("tir_var_upper_bound", ub).with_attr("tir_var_lower_bound", {d.name: d.lo for d in dims})
+    try:
+        with tvm.transform.PassContext(opt_level=3):
+            mod = relax_pipeline()(mod)
+    except Exception as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[-1][:300]
+        raise ModelError(f"lowering the model failed: {first}") from None
+    plan = _PlanWalker(name, mod, dims).walk()
+    kernels = {c.kernel: mod[c.kernel] for c in plan.calls}
+    return Lowered(plan, kernels)
+
+
+class _PlanWalker:
+    def __init__(self, name: str, mod: tvm.IRModule, dims: list[DimRange]):
+        self.name, self.mod, self.dims = name, mod, dims
+        self.main = mod["main"]
+        self.tensors: list[Tensor] = []
+        self.calls: list[KernelCall] = []
+        self.storages: dict[str, int] = {}  # relax storage var -> byte size
+        self.storage_tensors: dict[str, list[int]] = {}
+        self.by_var: dict[str, int] = {}  # relax var name -> tensor id
+        self.unplanned: list[int] = []  # builtin.alloc_tensor tensors
+        self.param_values: list = []
+        self.params: list[int] = []
+        self.inputs: list[int] = []
+        self.known_dims = {d.c_name for d in dims}
+
+    # -- helpers --------------------------------------------------------------------------------------
+    def _new(self, name: str, ty, kind: str, **kw) -> int:
+        if not isinstance(ty, relax.TensorType) or ty.shape is None:
+            raise ModelError(f"value '{name}' is not a tensor of known rank; the model needs static ranks")
+        shape = [self._sym(s) for s in ty.shape.values]
+        t = Tensor(len(self.tensors), c_ident(name), str(ty.dtype), shape, kind, **kw)
+        self.tensors.append(t)
+        return t.id
+
+    def _sym(self, e) -> SymExpr:
+        s = to_sym(e)
+        free = {v for v in _identifiers(s.c)} - self.known_dims
+        if free:
+            raise ModelError(
+                f"a shape depends on values computed at run time ({', '.join(sorted(free))}); "
+                "edgepack needs shapes that follow from the input dims"
+            )
+        return s
+
+    def _arg(self, a) -> int:
+        if isinstance(a, relax.Var):
+            if a.name not in self.by_var:
+                raise ModelError(f"internal: use of unknown value '{a.name}'")
+            return self.by_var[a.name]
+        if isinstance(a, tvm.ir.GenericConst) and isinstance(a.ty, relax.TensorType):
+            tid = self._new(f"const{len(self.params)}", a.ty, "param", index=len(self.params))
+            self.params.append(tid)
+            self.param_values.append(a.value.numpy())
+            return tid
+        raise ModelError(f"kernel argument of kind {type(a).__name__} is not supported")
+
+    # -- the walk -------------------------------------------------------------------------------------
+    def walk(self) -> Plan:
+        n_in = int(self.main.attrs["num_input"]) if "num_input" in self.main.attrs else len(self.main.params)
+        values = list(self.main.attrs["params"]) if "params" in self.main.attrs else []
+        for i, p in enumerate(self.main.params):
+            if i < n_in:
+                tid = self._new(p.name, p.ty, "input", index=i)
+                self.inputs.append(tid)
+            else:
+                tid = self._new(p.name, p.ty, "param", index=len(self.params))
+                self.params.append(tid)
+                self.param_values.append(values[i - n_in].numpy())
+            self.by_var[p.name] = tid
+        body = self.main.body
+        for block in body.blocks:
+            for b in block.bindings:
+                self._binding(b)
+        outputs = self._outputs(body.body)
+        return self._finish(outputs)
+
+    def _binding(self, b) -> None:
+        v, var = b.value, b.var.name
+        if isinstance(b, relax.MatchCast):
+            self.by_var[var] = self._arg(v)
+            return
+        if isinstance(v, relax.Var):
+            self.by_var[var] = self._arg(v)
+            return
+        if isinstance(v, relax.Tuple):
+            return  # only used for multiple outputs; resolved in _outputs
+        if not isinstance(v, relax.Call):
+            raise ModelError(f"unexpected value in lowered model: {type(v).__name__}")
+        op = v.op
+        if isinstance(op, tvm.ir.GlobalVar):
+            self._kernel_call(op.name_hint, v.args)
+            return
+        opname = op.name if isinstance(op, tvm.ir.Op) else str(op)
+        if opname == "relax.memory.alloc_storage":
+            size = v.args[0].values[0]
+            if not isinstance(size, tvm.tirx.IntImm):
+                raise ModelError("a buffer size does not follow from the declared dim ranges; narrow the --dim ranges")
+            self.storages[var] = int(size.value)
+            self.storage_tensors[var] = []
+        elif opname == "relax.memory.alloc_tensor":
+            storage = v.args[0].name
+            if int(v.args[1].value) != 0:
+                raise ModelError("internal: tensor at a non-zero storage offset")
+            tid = self._new(var, b.var.ty, "arena")
+            self.storage_tensors[storage].append(tid)
+            self.by_var[var] = tid
+        elif opname == "relax.builtin.alloc_tensor":
+            tid = self._new(var, b.var.ty, "arena")
+            self.unplanned.append(tid)
+            self.by_var[var] = tid
+        elif opname in ("relax.reshape", "relax.memory.view"):
+            base = self._root(self._arg(v.args[0]))
+            self.by_var[var] = self._new(var, b.var.ty, "view", base=base)
+        elif opname in ("relax.memory.kill_tensor", "relax.memory.kill_storage"):
+            return
+        else:
+            raise ModelError(f"operator '{opname}' was left unlowered; it is not supported in a static plan")
+
+    def _root(self, tid: int) -> int:
+        while self.tensors[tid].kind == "view":
+            tid = self.tensors[tid].base
+        return tid
+
+    def _kernel_call(self, kernel: str, args) -> None:
+        tensors, scalars = [], []
+        for a in args:
+            if isinstance(a, relax.ShapeExpr):
+                scalars.extend(self._sym(x) for x in a.values)
+            elif tvm.ir.is_prim_expr(a):
+                scalars.append(self._sym(a))
+            else:
+                tensors.append(self._arg(a))
+        self.calls.append(KernelCall(kernel, tensors, scalars))
+
+    def _outputs(self, ret) -> list[tuple[int, str]]:
+        items = list(ret.fields) if isinstance(ret, relax.Tuple) else [ret]
+        if len(items) == 1 and isinstance(ret, relax.Var) and isinstance(ret.ty, relax.TupleType):
+            raise ModelError("models returning a nested tuple are not supported")
+        return [(self._arg(x), x.name if isinstance(x, relax.Var) else f"out{i}") for i, x in enumerate(items)]
+
+    def _finish(self, outs: list[tuple[int, str]]) -> Plan:
+        # A tensor Relax left to the runtime (builtin.alloc_tensor) becomes the user's output buffer when it
+        # is returned directly, and otherwise gets a block of its own at its upper-bound size.
+        outputs: list[Output] = []
+        direct: set[int] = set()
+        for i, (tid, _) in enumerate(outs):
+            t = self.tensors[tid]
+            if tid in self.unplanned and tid not in direct:
+                t.kind, t.index = "output", i
+                direct.add(tid)
+                outputs.append(Output(tid, "", False))
+            else:
+                outputs.append(Output(tid, "", True))
+        plan = Plan(self.name, self.dims, self.tensors, self.calls, [], self.inputs, outputs, self.params,
+                    self.param_values)
+        offset = 0
+        for storage, tids in self.storage_tensors.items():
+            if not tids:
+                continue
+            size = align_up(self.storages[storage])
+            plan.blocks.append(Block(len(plan.blocks), offset, size, tids))
+            offset += size
+        for tid in self.unplanned:
+            if tid in direct:
+                continue
+            size = align_up(plan.max_bytes(self.tensors[tid]))
+            plan.blocks.append(Block(len(plan.blocks), offset, size, [tid]))
+            offset += size
+        for b in plan.blocks:
+            for tid in b.tensors:
+                self.tensors[tid].block = b.index
+        plan.arena_bytes = offset
+        assert offset % ALIGN == 0
+        return plan
+
+
+def _identifiers(c: str) -> set[str]:
+    import re
+
+    return {m for m in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", c) if not m.startswith("ep_")}

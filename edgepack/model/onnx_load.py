@@ -1,0 +1,139 @@
+"""Read an ONNX model, find its dynamic dims, check its operators, and import it into Relax."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+from onnx import TensorProto, helper
+
+from ..errors import DimError, ModelError, UnsupportedOpsError
+from .ops import SUPPORTED_OPS
+from .plan import DimRange
+from .symexpr import c_ident
+
+
+@dataclass(frozen=True)
+class IOInfo:
+    """A graph input or output: dims are ints (static) or dim_param names (dynamic)."""
+
+    name: str
+    dtype: str
+    shape: tuple[int | str, ...]
+
+
+def load_onnx(path: str | os.PathLike) -> onnx.ModelProto:
+    p = Path(path)
+    if not p.exists():
+        raise ModelError(f"model file '{p}' does not exist; pass the path of an .onnx file")
+    if p.is_dir():
+        raise ModelError(f"'{p}' is a directory; pass the path of an .onnx file")
+    try:
+        model = onnx.load(str(p))
+    except Exception as e:  # protobuf raises DecodeError, RuntimeError or ValueError depending on damage
+        raise ModelError(f"'{p}' is not a readable ONNX file ({type(e).__name__}); re-export the model") from None
+    if not model.graph.node or not model.graph.output:
+        raise ModelError(f"'{p}' holds no ONNX graph (truncated or not an ONNX file); re-export the model")
+    try:
+        onnx.checker.check_model(model)
+    except Exception as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ModelError(f"'{p}' is not a valid ONNX model: {first}") from None
+    return model
+
+
+def _io(v: onnx.ValueInfoProto) -> IOInfo:
+    t = v.type.tensor_type
+    dims: list[int | str] = []
+    for d in t.shape.dim:
+        if d.HasField("dim_value"):
+            dims.append(int(d.dim_value))
+        else:
+            dims.append(d.dim_param or f"{v.name}_dim{len(dims)}")
+    dtype = helper.tensor_dtype_to_np_dtype(t.elem_type).name if t.elem_type else "float32"
+    return IOInfo(v.name, dtype, tuple(dims))
+
+
+def graph_inputs(model: onnx.ModelProto) -> list[IOInfo]:
+    inits = {i.name for i in model.graph.initializer}
+    return [_io(v) for v in model.graph.input if v.name not in inits]
+
+
+def graph_outputs(model: onnx.ModelProto) -> list[IOInfo]:
+    return [_io(v) for v in model.graph.output]
+
+
+def dynamic_dim_names(model: onnx.ModelProto) -> list[str]:
+    """Dynamic dims in order of first appearance in the inputs."""
+    names: list[str] = []
+    for io in graph_inputs(model):
+        for d in io.shape:
+            if isinstance(d, str) and d not in names:
+                names.append(d)
+    return names
+
+
+_DIM_ARG = re.compile(r"^([^=]+)=(-?\d+):(-?\d+)$")
+
+
+def parse_dim_args(args: list[str] | None) -> dict[str, tuple[int, int]]:
+    """`--dim seq=1:256` (repeatable) -> {"seq": (1, 256)}."""
+    out: dict[str, tuple[int, int]] = {}
+    for a in args or []:
+        m = _DIM_ARG.match(a.strip())
+        if not m:
+            raise DimError(f"--dim '{a}' is not NAME=MIN:MAX; write it like --dim seq=1:256")
+        name, lo, hi = m.group(1).strip(), int(m.group(2)), int(m.group(3))
+        if lo < 1:
+            raise DimError(f"--dim {name}: MIN must be at least 1, got {lo}")
+        if lo > hi:
+            raise DimError(f"--dim {name}: MIN {lo} is greater than MAX {hi}; write --dim {name}={hi}:{lo}")
+        out[name] = (lo, hi)
+    return out
+
+
+def resolve_dims(model: onnx.ModelProto, ranges: dict[str, tuple[int, int]]) -> list[DimRange]:
+    names = dynamic_dim_names(model)
+    missing = [n for n in names if n not in ranges]
+    if missing:
+        flags = " ".join(f"--dim {n}=MIN:MAX" for n in missing)
+        raise DimError(f"dynamic dim(s) {', '.join(missing)} have no range; pass {flags}")
+    unknown = [n for n in ranges if n not in names]
+    if unknown:
+        known = ", ".join(names) or "none"
+        raise DimError(f"--dim {unknown[0]} is not a dynamic dim of this model (its dynamic dims: {known})")
+    c_names = [c_ident(n) for n in names]
+    if len(set(c_names)) != len(c_names):
+        raise DimError(f"dynamic dims {names} collide after making them C identifiers; rename them in the model")
+    return [DimRange(n, c, *ranges[n]) for n, c in zip(names, c_names)]
+
+
+def unsupported_ops(model: onnx.ModelProto) -> list[tuple[str, str]]:
+    """(op_type, node name) of every node edgepack cannot compile, in graph order."""
+    bad = []
+    for i, node in enumerate(model.graph.node):
+        domain_ok = node.domain in ("", "ai.onnx")
+        if not domain_ok or node.op_type not in SUPPORTED_OPS:
+            op = node.op_type if domain_ok else f"{node.domain}::{node.op_type}"
+            bad.append((op, node.name or f"#{i}"))
+    return bad
+
+
+def check_ops(model: onnx.ModelProto) -> None:
+    bad = unsupported_ops(model)
+    if bad:
+        by_op: dict[str, list[str]] = {}
+        for op, name in bad:
+            by_op.setdefault(op, []).append(name)
+        listing = "; ".join(f"{op} ({', '.join(names[:5])}{', ...' if len(names) > 5 else ''})" for op, names in by_op.items())
+        raise UnsupportedOpsError(
+            f"{len(bad)} node(s) use operators edgepack does not support: {listing}; "
+            "see `edgepack inspect` for the supported list, or rewrite those nodes"
+        )
+
+
+def elem_dtype(t: int) -> str:
+    return helper.tensor_dtype_to_np_dtype(t).name if t != TensorProto.UNDEFINED else "float32"

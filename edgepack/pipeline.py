@@ -1,0 +1,156 @@
+"""The build flow as plain functions: model file -> Plan -> kernels -> C package -> compiled bundle."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import platform
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+
+from . import __version__
+from .board import Board, load_board
+from .codegen.bundle import Bundle, commit, copy_runtime, make, stage_dir, write_makefile, write_manifest
+from .codegen.emit_c import emit_package, layout_weights
+from .codegen.kernels import compile_kernels
+from .model import onnx_load
+from .model.lower import Lowered, import_relax, lower
+from .model.plan import DimRange
+from .model.symexpr import c_ident
+from .schedule.variants import KernelImpl, Schedules, make_variants
+
+log = logging.getLogger("edgepack")
+
+
+@dataclass
+class BuildResult:
+    bundle: Bundle
+    seconds: float
+    arena_bytes: int
+    tensor_bytes: int
+    sum_of_tensor_bytes: int
+    weights_bytes: int
+    code_bytes: int  # text of the static library (runtime + kernels + call sequence)
+
+
+def prepare(model_path: str | Path, dim_ranges: dict[str, tuple[int, int]]) -> tuple[onnx.ModelProto, list[DimRange]]:
+    """Read and check a model before any heavy work: file, operators, dims."""
+    model = onnx_load.load_onnx(model_path)
+    onnx_load.check_ops(model)
+    dims = onnx_load.resolve_dims(model, dim_ranges)
+    return model, dims
+
+
+def lower_model(name: str, model: onnx.ModelProto, dims: list[DimRange]) -> Lowered:
+    from .model.canonicalize import canonicalize
+
+    model = canonicalize(model, {d.name: (d.lo, d.hi) for d in dims})
+    lowered = lower(name, import_relax(model), dims)
+    ins, outs = onnx_load.graph_inputs(model), onnx_load.graph_outputs(model)
+    for tid, io in zip(lowered.plan.inputs, ins):
+        lowered.plan.tensor(tid).name = io.name
+    for o, io in zip(lowered.plan.outputs, outs):
+        o.name = io.name
+    return lowered
+
+
+def schedules_for(board: Board) -> Schedules:
+    return Schedules(vector_lanes=board.vector_lanes_f32, cores=board.target.cores)
+
+
+def build_package(model_path: str | Path, board: Board | str = "host", dim_ranges: dict | None = None,
+                  out: str | Path | None = None, schedules: Schedules | None = None,
+                  name: str | None = None) -> BuildResult:
+    t0 = time.perf_counter()
+    board = load_board(board) if isinstance(board, str) else board
+    model_path = Path(model_path)
+    model, dims = prepare(model_path, dim_ranges or {})
+    name = name or c_ident(model_path.stem.lower())
+    out = Path(out) if out else Path("build") / name
+    lowered = lower_model(name, model, dims)
+    plan = lowered.plan
+    schedules = schedules or schedules_for(board)
+    impls: dict[str, KernelImpl] = {k: make_variants(k, f, schedules) for k, f in lowered.kernels.items()}
+
+    stage = stage_dir(out)
+    try:
+        kobj = compile_kernels(impls, board.tvm_target(), stage / "kernels" / "kernels.o", dims)
+        weights = layout_weights(plan)
+        sources = emit_package(plan, impls, weights, kobj.workspace_per_thread, board.target.cores)
+        (stage / "include").mkdir()
+        (stage / "src").mkdir()
+        for fname, text in sources.files.items():
+            (stage / ("include" if fname.endswith(".h") else "src") / fname).write_text(text)
+        (stage / "src" / "weights.bin").write_bytes(weights.blob)
+        copy_runtime(stage, board.toolchain.platform)
+        (stage / "programs" / "ep_package.h").write_text(_package_glue(name))
+        write_makefile(stage, name, board, "kernels/kernels.o")
+        plan_json = plan.to_json() | {"workspace_per_thread": kobj.workspace_per_thread,
+                                      "max_threads": board.target.cores}
+        (stage / "plan.json").write_text(_dumps(plan_json))
+        make(stage)
+        code_bytes = _text_bytes(stage / f"lib{name}.a")
+        manifest = {
+            "edgepack_version": __version__,
+            "tvm_version": _tvm_version(),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "board": {"name": board.name, "triple": board.target.triple, "cpu": board.target.cpu,
+                      "cores": board.target.cores},
+            "model": {"name": name, "source": model_path.name, "sha256": _file_sha(model_path)},
+            "dims": [{"name": d.name, "c_name": d.c_name, "min": d.lo, "max": d.hi} for d in dims],
+            "inputs": [_io_json(plan, plan.tensor(t), plan.tensor(t).name) for t in plan.inputs],
+            "outputs": [_io_json(plan, plan.tensor(o.tensor), o.name) for o in plan.outputs],
+            "memory": {"arena_bytes": plan.arena_bytes + kobj.workspace_per_thread * board.target.cores,
+                       "tensor_bytes": plan.arena_bytes, "workspace_per_thread": kobj.workspace_per_thread,
+                       "weights_bytes": len(weights.blob), "code_bytes": code_bytes},
+            "kernels": {k: [v.symbol for v in i.variants] for k, i in impls.items()},
+            "tuned": False,
+            "build_host": platform.node(),
+        }
+        manifest = write_manifest(stage, manifest)
+        commit(stage, out)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    return BuildResult(Bundle(out, manifest), time.perf_counter() - t0, manifest["memory"]["arena_bytes"],
+                       plan.arena_bytes, plan_json["sum_of_tensor_bytes"], len(weights.blob), code_bytes)
+
+
+def _package_glue(name: str) -> str:
+    M = name.upper()
+    return (f"/* Generated: binds the generic programs to package '{name}'. */\n#include \"{name}.h\"\n"
+            f"#define EP_PACKAGE ep_{name}_package\n#define EP_PACKAGE_CTX ep_{name}_ctx_t\n"
+            f"#define EP_PACKAGE_ARENA_BYTES EP_{M}_ARENA_BYTES\n#define EP_PACKAGE_IO_BYTES EP_{M}_IO_BYTES\n")
+
+
+def _io_json(plan, t, name: str) -> dict:
+    return {"name": name, "dtype": t.dtype, "shape": [s.c for s in t.shape]}
+
+
+def _dumps(obj) -> str:
+    import json
+
+    return json.dumps(obj, indent=1) + "\n"
+
+
+def _file_sha(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def _tvm_version() -> str:
+    import tvm
+
+    return tvm.__version__
+
+
+def _text_bytes(lib: Path) -> int:
+    import subprocess
+
+    r = subprocess.run(["size", "-t", str(lib)], capture_output=True, text=True)
+    if r.returncode != 0 or not r.stdout.strip():
+        return lib.stat().st_size
+    return int(r.stdout.strip().splitlines()[-1].split()[0])

@@ -1,0 +1,71 @@
+"""A predicate-free tiled schedule for dense/matmul kernels (the default micro-kernel; the tuner picks tiles)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import tvm
+from tvm import s_tir, tirx
+
+
+@dataclass(frozen=True)
+class DenseTiles:
+    rows: int  # tile on the dynamic row axis (M)
+    cols: int  # tile on N; divides N, vectorized
+    unroll_k: int = 1  # split of K for unrolling (1 = none)
+
+    def with_rows(self, rows: int) -> DenseTiles:
+        return replace(self, rows=rows)
+
+    @staticmethod
+    def default(func: tirx.PrimFunc, block: str, lanes: int) -> DenseTiles:
+        n = _static_extent(func, block, -2)
+        cols = next((c for c in (4 * lanes, 2 * lanes, lanes, lanes // 2, lanes // 4) if c >= 1 and n % c == 0), 1)
+        return DenseTiles(rows=8 if cols <= 2 * lanes else 4, cols=cols)
+
+
+def _static_extent(func: tirx.PrimFunc, block: str, iter_index: int) -> int:
+    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+    it = sch.get(sch.get_sblock(block)).iter_vars[iter_index]
+    return int(it.dom.extent) if isinstance(it.dom.extent, tirx.IntImm) else 1
+
+
+def schedule_dense(func: tirx.PrimFunc, block: str, tiles: DenseTiles, parallel: bool) -> tirx.PrimFunc:
+    """Tile rows x cols around the reduction, fuse the epilogue into the tile, vectorize the column tile.
+
+    Row and column factors divide their extents (rows are specialized to mt * tile, cols divide N), so the
+    inner loops carry no bounds-check predicate.
+    """
+    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+    blk = sch.get_sblock(block)
+    iters = sch.get(blk).iter_vars
+    loops = sch.get_loops(blk)
+    if len(loops) != len(iters) or iters[-1].iter_type != 2 or any(iv.iter_type != 0 for iv in iters[:-1]):
+        return func
+    dyn = [i for i, iv in enumerate(iters[:-1]) if not isinstance(iv.dom.extent, tirx.IntImm)]
+    col = len(iters) - 2
+    row = dyn[0] if dyn else col - 1
+    if row == col or row < 0:
+        return func
+    outer = [lp for i, lp in enumerate(loops[:-1]) if i not in (row, col)]
+    io, ii = sch.split(loops[row], [None, tiles.rows])
+    jo, ji = sch.split(loops[col], [None, tiles.cols])
+    k = loops[-1]
+    sch.reorder(*outer, io, jo, k, ii, ji)
+    _fuse_epilogue(sch, blk, jo)
+    sch.vectorize(ji)
+    if parallel:
+        sch.parallel(sch.fuse(*outer, io) if outer else io)
+    sch.decompose_reduction(blk, k)
+    return sch.mod["main"]
+
+
+def _fuse_epilogue(sch: s_tir.Schedule, blk, loop) -> None:
+    frontier = list(sch.get_consumers(blk))
+    while frontier:
+        c = frontier.pop(0)
+        try:
+            sch.reverse_compute_at(c, loop)
+        except tvm.TVMError:  # an epilogue that needs whole rows stays where it is: still correct
+            continue
+        frontier.extend(sch.get_consumers(c))

@@ -1,0 +1,146 @@
+"""Kernel variants: the compiled forms of one TIR kernel that the shape dispatcher chooses between.
+
+A dense/matmul kernel whose rows follow one dynamic dim (`x[1, seq, K] @ W[K, N]`, `x[batch, K]`) is
+compiled twice (DIETCODE.md, "peel the remainder"):
+  main: the function specialized to rows = mt * tile (mt a scalar argument), scheduled with whole tiles, so
+        no bounds-check predicate sits in its inner loops;
+  edge: the symbolic function with a row tile of 1 (also predicate-free), run on the last rows % tile rows.
+The C runtime calls main on the first rows - rows % tile rows and edge on the rest, through row views of
+the same buffers. Every other kernel has one generic variant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import tvm
+from tvm import s_tir, tirx
+
+from .dense import DenseTiles, schedule_dense
+
+
+@dataclass(frozen=True)
+class RowSplit:
+    """How one kernel's buffers split into rows along a dynamic dim."""
+
+    dim: str  # C name of the dim that counts rows
+    axes: tuple[int | None, ...]  # per tensor argument: the axis holding the dim, None if the arg has no rows
+    row_elems: tuple[int, ...]  # per tensor argument: elements in one row (product of the axes after it)
+
+
+@dataclass
+class Variant:
+    symbol: str  # function name in the kernel module (C symbol __tvm_ffi_<symbol>)
+    tile: int  # rows covered per step; 0 for a generic variant (any shape)
+    func: tirx.PrimFunc = field(repr=False)
+    extra_scalar: bool = False  # takes mt (number of row tiles) as a trailing int64
+
+
+@dataclass
+class KernelImpl:
+    name: str
+    split: RowSplit | None
+    variants: list[Variant]  # split kernels: main variant(s) first, edge variant last
+
+    @property
+    def edge(self) -> Variant:
+        return self.variants[-1]
+
+
+@dataclass(frozen=True)
+class Schedules:
+    """The replaceable input of codegen: which tiles each dense kernel uses (the tuner fills this)."""
+
+    dense: dict[str, DenseTiles] = field(default_factory=dict)  # kernel name -> tiles; missing: default
+    vector_lanes: int = 8
+    cores: int = 1
+
+
+def make_variants(name: str, func: tirx.PrimFunc, sched: Schedules) -> KernelImpl:
+    split = find_row_split(func)
+    block = _matmul_block(func)
+    if split is None or block is None:
+        return KernelImpl(name, None, [Variant(name, 0, func)])
+    tiles = sched.dense.get(name) or DenseTiles.default(func, block, sched.vector_lanes)
+    if not _aligned(split, func, tiles.rows):
+        return KernelImpl(name, None, [Variant(name, 0, func)])
+    main = _specialize_rows(func, split, tiles.rows)
+    main_f = schedule_dense(main, block, tiles, parallel=sched.cores > 1)
+    edge_f = schedule_dense(func, block, tiles.with_rows(1), parallel=sched.cores > 1)
+    return KernelImpl(name, split, [Variant(f"{name}_t{tiles.rows}", tiles.rows, main_f, True),
+                                    Variant(f"{name}_edge", 0, edge_f)])
+
+
+def _aligned(split: RowSplit, func: tirx.PrimFunc, tile: int) -> bool:
+    # Row views must keep the 64-byte alignment the kernels assume for their buffers.
+    for p, ax, n in zip(func.params, split.axes, split.row_elems):
+        if ax is not None and (tile * n * tvm.DataType(p.dtype).bits // 8) % 64:
+            return False
+    return True
+
+
+def _matmul_block(func: tirx.PrimFunc) -> str | None:
+    """Name of the one reduction block shaped like C[.., i, j] += A[.., i, k] * B[.., k, j] (any layout)."""
+    found = [b.name_hint for b in _blocks(func) if any(iv.iter_type == 2 for iv in b.iter_vars)]
+    if len(found) == 1 and "matmul" in found[0]:
+        return found[0]
+    return None
+
+
+def find_row_split(func: tirx.PrimFunc) -> RowSplit | None:
+    """A RowSplit when every dynamic buffer holds exactly one dim, once, as a plain var after unit axes only,
+    and no reduction runs over it: then rows are independent and can be computed in any grouping."""
+    dyn_vars: set[str] = set()
+    axes: list[int | None] = []
+    row_elems: list[int] = []
+    for p in func.params:
+        shape = list(getattr(p, "shape", None) or [])
+        if not shape and not hasattr(p, "shape"):
+            return None  # scalar params: leave such kernels alone
+        pos = [i for i, s in enumerate(shape) if not isinstance(s, tirx.IntImm)]
+        if not pos:
+            axes.append(None)
+            row_elems.append(0)
+            continue
+        if len(pos) != 1 or not isinstance(shape[pos[0]], tirx.Var):
+            return None
+        ax = pos[0]
+        if any(int(s) != 1 for s in shape[:ax]):
+            return None
+        dyn_vars.add(shape[ax].name)
+        axes.append(ax)
+        n = 1
+        for s in shape[ax + 1:]:
+            n *= int(s)
+        row_elems.append(n)
+    if len(dyn_vars) != 1 or not _no_reduction_over_dyn(func):
+        return None
+    from ..model.symexpr import c_ident
+
+    return RowSplit(c_ident(dyn_vars.pop()), tuple(axes), tuple(row_elems))
+
+
+def _no_reduction_over_dyn(func: tirx.PrimFunc) -> bool:
+    return all(isinstance(iv.dom.extent, tirx.IntImm) for b in _blocks(func) for iv in b.iter_vars
+               if iv.iter_type == 2)
+
+
+def _blocks(func: tirx.PrimFunc) -> list:
+    """The blocks of a kernel as Relax legalizes it (all children of the root block)."""
+    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+    try:
+        return [sch.get(b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
+    except tvm.TVMError:
+        return []
+
+
+def _specialize_rows(func: tirx.PrimFunc, split: RowSplit, tile: int) -> tirx.PrimFunc:
+    """rows := mt * tile, with mt a new trailing int64 parameter."""
+    mt = tirx.Var("mt", "int64")
+    for p, ax in zip(func.params, split.axes):
+        if ax is not None:
+            shape = list(p.shape)
+            shape[ax] = mt * tile
+            func = func.specialize({p: tirx.decl_buffer(shape, p.dtype, name=p.name)})
+            break  # one buffer binds the var; specialize rewrites every other use
+    return tirx.PrimFunc(list(func.params) + [mt], func.body, ret_type=func.ret_type, attrs=func.attrs)

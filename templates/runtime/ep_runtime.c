@@ -1,0 +1,214 @@
+/* edgepack runtime core: portable C11, no malloc, no stdio. */
+#include "ep_runtime.h"
+
+#include <string.h>
+
+#include "ep_platform.h"
+
+const char* ep_status_str(ep_status_t s) {
+  switch (s) {
+    case EP_OK: return "ok";
+    case EP_ERR_ARG: return "bad argument";
+    case EP_ERR_SHAPE: return "shape out of range";
+    case EP_ERR_KERNEL: return "kernel failed";
+    case EP_ERR_MEMORY: return "out of memory";
+    case EP_ERR_THREAD: return "thread pool failed";
+  }
+  return "unknown status";
+}
+
+/* --- messages (no printf: this also runs on microcontrollers) ------------------------------------ */
+void ep_msg_append(ep_msg_t* m, const char* s) {
+  size_t n = strlen(m->text);
+  while (s && *s && n + 1 < sizeof m->text) m->text[n++] = *s++;
+  m->text[n] = '\0';
+}
+
+void ep_msg_set(ep_msg_t* m, const char* a, const char* b, const char* c) {
+  m->text[0] = '\0';
+  ep_msg_append(m, a);
+  ep_msg_append(m, b);
+  ep_msg_append(m, c);
+}
+
+void ep_msg_append_i64(ep_msg_t* m, int64_t v) {
+  char buf[24];
+  int i = (int)sizeof buf - 1;
+  uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+  buf[i] = '\0';
+  do {
+    buf[--i] = (char)('0' + u % 10);
+    u /= 10;
+  } while (u && i > 1);
+  if (v < 0) buf[--i] = '-';
+  ep_msg_append(m, buf + i);
+}
+
+/* --- dims from input shapes ---------------------------------------------------------------------- */
+ep_status_t ep_dims_from_shapes(const ep_package_t* pkg, const int64_t* const* shapes, const int* ranks,
+                                int64_t* dims, ep_msg_t* msg) {
+  for (int d = 0; d < pkg->num_dims; ++d) dims[d] = -1;
+  for (int i = 0; i < pkg->num_inputs; ++i) {
+    const ep_io_desc_t* io = &pkg->inputs[i];
+    if (ranks[i] != io->rank) {
+      ep_msg_set(msg, "input '", io->name, "' has rank ");
+      ep_msg_append_i64(msg, ranks[i]);
+      ep_msg_append(msg, ", expected ");
+      ep_msg_append_i64(msg, io->rank);
+      return EP_ERR_SHAPE;
+    }
+    for (int a = 0; a < io->rank; ++a) {
+      int64_t want = io->shape[a], got = shapes[i][a];
+      if (want >= 0 && got != want) {
+        ep_msg_set(msg, "input '", io->name, "' axis ");
+        ep_msg_append_i64(msg, a);
+        ep_msg_append(msg, " is ");
+        ep_msg_append_i64(msg, got);
+        ep_msg_append(msg, ", expected ");
+        ep_msg_append_i64(msg, want);
+        return EP_ERR_SHAPE;
+      }
+      if (want < 0) {
+        int d = (int)(-want - 1);
+        if (dims[d] >= 0 && dims[d] != got) {
+          ep_msg_set(msg, "dim ", pkg->dims[d].name, " is ");
+          ep_msg_append_i64(msg, dims[d]);
+          ep_msg_append(msg, " in one input and ");
+          ep_msg_append_i64(msg, got);
+          ep_msg_append(msg, " in input '");
+          ep_msg_append(msg, io->name);
+          ep_msg_append(msg, "'");
+          return EP_ERR_SHAPE;
+        }
+        dims[d] = got;
+      }
+    }
+  }
+  for (int d = 0; d < pkg->num_dims; ++d) {
+    if (dims[d] < pkg->dims[d].lo || dims[d] > pkg->dims[d].hi) {
+      ep_msg_set(msg, "dim ", pkg->dims[d].name, " = ");
+      ep_msg_append_i64(msg, dims[d]);
+      ep_msg_append(msg, " is outside its declared range ");
+      ep_msg_append_i64(msg, pkg->dims[d].lo);
+      ep_msg_append(msg, "..");
+      ep_msg_append_i64(msg, pkg->dims[d].hi);
+      return EP_ERR_SHAPE;
+    }
+  }
+  return EP_OK;
+}
+
+/* --- tensors and kernel calls -------------------------------------------------------------------- */
+void ep_tensor_init(DLTensor* t, void* data, int64_t* shape, int ndim, uint8_t code, uint8_t bits) {
+  t->data = data;
+  t->device.device_type = 1; /* kDLCPU */
+  t->device.device_id = 0;
+  t->ndim = ndim;
+  t->dtype.code = code;
+  t->dtype.bits = bits;
+  t->dtype.lanes = 1;
+  t->shape = shape;
+  t->strides = NULL;
+  t->byte_offset = 0;
+}
+
+void ep_row_view(DLTensor* view, int64_t* shape, const DLTensor* t, int axis, int64_t begin, int64_t end,
+                 int64_t row_bytes) {
+  *view = *t;
+  for (int i = 0; i < t->ndim; ++i) shape[i] = t->shape[i];
+  shape[axis] = end - begin;
+  view->shape = shape;
+  view->data = (uint8_t*)t->data + begin * row_bytes;
+}
+
+#define EP_MAX_KERNEL_ARGS 64
+
+ep_status_t ep_call(ep_packed_fn_t fn, DLTensor* const* tensors, int nt, const int64_t* scalars, int ns) {
+  TVMFFIAny args[EP_MAX_KERNEL_ARGS];
+  TVMFFIAny ret;
+  if (nt + ns > EP_MAX_KERNEL_ARGS) return EP_ERR_ARG;
+  for (int i = 0; i < nt; ++i) {
+    args[i].type_index = kTVMFFIDLTensorPtr;
+    args[i].zero_padding = 0;
+    args[i].v_ptr = tensors[i];
+  }
+  for (int i = 0; i < ns; ++i) {
+    args[nt + i].type_index = kTVMFFIInt;
+    args[nt + i].zero_padding = 0;
+    args[nt + i].v_int64 = scalars[i];
+  }
+  ret.type_index = kTVMFFINone;
+  ret.zero_padding = 0;
+  ret.v_int64 = 0;
+  return fn(NULL, args, nt + ns, &ret) == 0 ? EP_OK : EP_ERR_KERNEL;
+}
+
+/* --- kernel workspace: LIFO per thread ----------------------------------------------------------- */
+#ifndef EP_MAX_THREADS
+#define EP_MAX_THREADS 16
+#endif
+
+static struct {
+  uint8_t* base;
+  size_t per_thread;
+  size_t top[EP_MAX_THREADS];
+  int threads;
+} ep_ws;
+
+void ep_workspace_bind(uint8_t* base, size_t per_thread, int threads) {
+  ep_ws.base = base;
+  ep_ws.per_thread = per_thread;
+  ep_ws.threads = threads;
+  for (int i = 0; i < EP_MAX_THREADS; ++i) ep_ws.top[i] = 0;
+}
+
+void* TVMBackendAllocWorkspace(int device_type, int device_id, uint64_t nbytes, int dtype_code_hint,
+                               int dtype_bits_hint) {
+  (void)device_type, (void)device_id, (void)dtype_code_hint, (void)dtype_bits_hint;
+  int w = ep_platform_worker_id();
+  if (w < 0 || w >= ep_ws.threads) return NULL;
+  size_t need = ((size_t)nbytes + EP_ALIGN - 1) / EP_ALIGN * EP_ALIGN + EP_ALIGN; /* + a size header */
+  if (ep_ws.top[w] + need > ep_ws.per_thread) return NULL;
+  uint8_t* p = ep_ws.base + (size_t)w * ep_ws.per_thread + ep_ws.top[w];
+  *(size_t*)p = need;
+  ep_ws.top[w] += need;
+  return p + EP_ALIGN;
+}
+
+int TVMBackendFreeWorkspace(int device_type, int device_id, void* ptr) {
+  (void)device_type, (void)device_id;
+  int w = ep_platform_worker_id();
+  uint8_t* p = (uint8_t*)ptr - EP_ALIGN;
+  size_t need = *(size_t*)p;
+  /* Frees come in reverse order of allocation within a thread. */
+  if (p + need != ep_ws.base + (size_t)w * ep_ws.per_thread + ep_ws.top[w]) return -1;
+  ep_ws.top[w] -= need;
+  return 0;
+}
+
+int TVMBackendParallelLaunch(FTVMParallelLambda flambda, void* cdata, int num_task) {
+  return ep_platform_parallel_launch(flambda, cdata, num_task);
+}
+
+int TVMBackendParallelBarrier(int task_id, TVMParallelGroupEnv* penv) {
+  return ep_platform_parallel_barrier(task_id, penv);
+}
+
+static char ep_last_kernel_error[EP_MSG_BYTES];
+
+void TVMFFIErrorSetRaisedFromCStr(const char* kind, const char* message) {
+  ep_msg_t m;
+  ep_msg_set(&m, kind, ": ", message);
+  memcpy(ep_last_kernel_error, m.text, sizeof m.text);
+}
+
+/* LLVM-generated kernels reach the runtime through these weak data pointers, NULL unless defined. */
+void* (*__TVMBackendAllocWorkspace)(int, int, uint64_t, int, int) = TVMBackendAllocWorkspace;
+int (*__TVMBackendFreeWorkspace)(int, int, void*) = TVMBackendFreeWorkspace;
+int (*__TVMBackendParallelLaunch)(FTVMParallelLambda, void*, int) = TVMBackendParallelLaunch;
+int (*__TVMBackendParallelBarrier)(int, TVMParallelGroupEnv*) = TVMBackendParallelBarrier;
+void (*__TVMFFIErrorSetRaisedFromCStr)(const char*, const char*) = TVMFFIErrorSetRaisedFromCStr;
+
+ep_status_t ep_pool_start(int num_threads) { return ep_platform_pool_start(num_threads) == 0 ? EP_OK : EP_ERR_THREAD; }
+int ep_pool_threads(void) { return ep_platform_pool_threads(); }
+void ep_pool_stop(void) { ep_platform_pool_stop(); }

@@ -1,0 +1,52 @@
+/* The slice of the DLPack and TVM-FFI C ABIs that TVM-generated kernels use (FACTS.md).
+ * Kernels are `int32_t __tvm_ffi_<name>(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* ret)`;
+ * each tensor argument is a DLTensor* tagged kTVMFFIDLTensorPtr, each scalar an int64 tagged kTVMFFIInt.
+ * Layouts match dlpack.h and tvm/ffi/c_api.h (checked by tests/test_runtime_abi.py). */
+#ifndef EP_TVM_ABI_H_
+#define EP_TVM_ABI_H_
+
+#include <stdint.h>
+
+typedef struct {
+  int32_t device_type; /* kDLCPU = 1 */
+  int32_t device_id;
+} DLDevice;
+
+typedef struct {
+  uint8_t code; /* kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBool = 6 */
+  uint8_t bits;
+  uint16_t lanes;
+} DLDataType;
+
+typedef struct {
+  void* data;
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t* shape;
+  int64_t* strides; /* NULL: compact row-major */
+  uint64_t byte_offset;
+} DLTensor;
+
+typedef struct {
+  int32_t type_index;
+  uint32_t zero_padding;
+  union {
+    int64_t v_int64;
+    double v_float64;
+    void* v_ptr;
+  };
+} TVMFFIAny;
+
+enum { kTVMFFINone = 0, kTVMFFIInt = 1, kTVMFFIDLTensorPtr = 7 };
+
+typedef int32_t (*ep_packed_fn_t)(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* ret);
+
+typedef struct {
+  void* sync_handle;
+  int32_t num_task;
+} TVMParallelGroupEnv;
+
+typedef int (*FTVMParallelLambda)(int task_id, TVMParallelGroupEnv* penv, void* cdata);
+
+#endif /* EP_TVM_ABI_H_ */
