@@ -45,20 +45,20 @@ def compile_kernels(impls: dict[str, KernelImpl], target: tvm.target.Target, out
         lib.write_to_file(str(out))
     else:
         out.write_text(lib.inspect_source())
-    ws = max((workspace_bound(v.func, dims) for k in impls.values() for v in k.variants), default=0)
+    ws = max((workspace_bound(v.func, dims, v.tile) for k in impls.values() for v in k.variants), default=0)
     return KernelObject(out, [v.symbol for k in impls.values() for v in k.variants], ws)
 
 
-def workspace_bound(func, dims: list[DimRange]) -> int:
+def workspace_bound(func, dims: list[DimRange], tile: int = 0) -> int:
     """Sum of a kernel's intermediate buffers at the upper bounds: no thread ever holds more at once
     (scheduling only moves them into loops and shrinks them)."""
     sch = s_tir.Schedule(tvm.IRModule({"main": func}))
     try:
         root = sch.get(sch.get_sblock("root"))
-    except tvm.TVMError:
+    except Exception:  # no root block (already lowered)
         return 0
     ub = {d.c_name: d.hi for d in dims}
-    ub["mt"] = max(ub.values(), default=1)  # row tiles of a main variant: at most rows
+    ub["mt"] = -(-max(ub.values(), default=1) // max(tile, 1))  # row tiles of a main variant
     total = 0
     for buf in root.alloc_buffers:
         n = 1

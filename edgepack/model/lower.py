@@ -65,9 +65,9 @@ class _PlanWalker:
         self.main = mod["main"]
         self.tensors: list[Tensor] = []
         self.calls: list[KernelCall] = []
-        self.storages: dict[str, int] = {}  # relax storage var -> byte size
-        self.storage_tensors: dict[str, list[int]] = {}
-        self.by_var: dict[str, int] = {}  # relax var name -> tensor id
+        self.storages: dict = {}  # relax storage Var -> byte size
+        self.storage_tensors: dict = {}
+        self.by_var: dict = {}  # relax Var (by identity: names can repeat) -> tensor id
         self.unplanned: list[int] = []  # builtin.alloc_tensor tensors
         self.param_values: list = []
         self.params: list[int] = []
@@ -95,9 +95,9 @@ class _PlanWalker:
 
     def _arg(self, a) -> int:
         if isinstance(a, relax.Var):
-            if a.name not in self.by_var:
+            if a not in self.by_var:
                 raise ModelError(f"internal: use of unknown value '{a.name}'")
-            return self.by_var[a.name]
+            return self.by_var[a]
         if isinstance(a, tvm.ir.GenericConst) and isinstance(a.ty, relax.TensorType):
             tid = self._new(f"const{len(self.params)}", a.ty, "param", index=len(self.params))
             self.params.append(tid)
@@ -117,7 +117,7 @@ class _PlanWalker:
                 tid = self._new(p.name, p.ty, "param", index=len(self.params))
                 self.params.append(tid)
                 self.param_values.append(values[i - n_in].numpy())
-            self.by_var[p.name] = tid
+            self.by_var[p] = tid
         body = self.main.body
         for block in body.blocks:
             for b in block.bindings:
@@ -128,10 +128,10 @@ class _PlanWalker:
     def _binding(self, b) -> None:
         v, var = b.value, b.var.name
         if isinstance(b, relax.MatchCast):
-            self.by_var[var] = self._arg(v)
+            self.by_var[b.var] = self._arg(v)
             return
         if isinstance(v, relax.Var):
-            self.by_var[var] = self._arg(v)
+            self.by_var[b.var] = self._arg(v)
             return
         if isinstance(v, relax.Tuple):
             return  # only used for multiple outputs; resolved in _outputs
@@ -146,22 +146,22 @@ class _PlanWalker:
             size = v.args[0].values[0]
             if not isinstance(size, tvm.tirx.IntImm):
                 raise ModelError("a buffer size does not follow from the declared dim ranges; narrow the --dim ranges")
-            self.storages[var] = int(size.value)
-            self.storage_tensors[var] = []
+            self.storages[b.var] = int(size.value)
+            self.storage_tensors[b.var] = []
         elif opname == "relax.memory.alloc_tensor":
-            storage = v.args[0].name
+            storage = v.args[0]
             if int(v.args[1].value) != 0:
                 raise ModelError("internal: tensor at a non-zero storage offset")
             tid = self._new(var, b.var.ty, "arena")
             self.storage_tensors[storage].append(tid)
-            self.by_var[var] = tid
+            self.by_var[b.var] = tid
         elif opname == "relax.builtin.alloc_tensor":
             tid = self._new(var, b.var.ty, "arena")
             self.unplanned.append(tid)
-            self.by_var[var] = tid
+            self.by_var[b.var] = tid
         elif opname in ("relax.reshape", "relax.memory.view"):
             base = self._root(self._arg(v.args[0]))
-            self.by_var[var] = self._new(var, b.var.ty, "view", base=base)
+            self.by_var[b.var] = self._new(var, b.var.ty, "view", base=base)
         elif opname in ("relax.memory.kill_tensor", "relax.memory.kill_storage"):
             return
         else:

@@ -66,6 +66,6 @@ def _fuse_epilogue(sch: s_tir.Schedule, blk, loop) -> None:
         c = frontier.pop(0)
         try:
             sch.reverse_compute_at(c, loop)
-        except tvm.TVMError:  # an epilogue that needs whole rows stays where it is: still correct
+        except Exception:  # ScheduleError or TVM internal errors: an epilogue that needs whole rows stays where it is: still correct
             continue
         frontier.extend(sch.get_consumers(c))

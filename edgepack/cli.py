@@ -1,0 +1,135 @@
+"""The `edgepack` command: a thin layer over the pipeline. EdgepackError -> one line on stderr, exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from .errors import EdgepackError
+
+log = logging.getLogger("edgepack")
+
+
+def _cmd_build(a: argparse.Namespace) -> int:
+    from .examples import DEFAULT_EXAMPLE, EXAMPLES
+    from .model.onnx_load import parse_dim_args
+    from .pipeline import build_package
+
+    example = None
+    if a.model is None:
+        example = EXAMPLES[DEFAULT_EXAMPLE]
+        model, ranges = example.path, dict(example.dims)
+        print(f"no model given: building the bundled example '{example.name}' ({model.name}) for board '{a.board}'")
+    else:
+        model, ranges = Path(a.model), {}
+    ranges.update(parse_dim_args(a.dim))
+    r = build_package(model, a.board, ranges, a.output, name=a.name)
+    m = r.bundle.manifest
+    print(f"built {r.bundle.path}  ({r.seconds:.1f} s)")
+    print(f"  board {m['board']['name']}, dims " + ", ".join(f"{d['name']}={d['min']}..{d['max']}" for d in m["dims"]))
+    print(f"  arena {r.arena_bytes:,} B (tensors {r.tensor_bytes:,} B, vs {r.sum_of_tensor_bytes:,} B unshared), "
+          f"weights {r.weights_bytes:,} B, code {r.code_bytes:,} B")
+    if example is not None:
+        from .check import check_against_onnxruntime
+
+        sizes = [{d: lo for d, (lo, hi) in ranges.items()}, {d: (lo + hi) // 2 | 1 for d, (lo, hi) in ranges.items()}]
+        for size, err in check_against_onnxruntime(r.bundle, model, sizes):
+            print(f"  checked against onnxruntime at {size}: max relative error {err:.2e}")
+    ins = " ".join(f"--input {i['name']}.npy" for i in m["inputs"])
+    print(f"run it: edgepack run {r.bundle.path} {ins} -o out/")
+    return 0
+
+
+def _cmd_run(a: argparse.Namespace) -> int:
+    from .codegen.bundle import Bundle
+    from .deploy.io import load_inputs
+    from .deploy.local import run_local
+
+    bundle = Bundle.open(a.bundle)
+    outs = run_local(bundle, load_inputs(a.input or []), a.output, threads=a.threads)
+    for p in outs:
+        print(p)
+    return 0
+
+
+def _cmd_inspect(a: argparse.Namespace) -> int:
+    from collections import Counter
+
+    from .model import onnx_load
+    from .model.ops import SUPPORTED_OPS
+
+    model = onnx_load.load_onnx(a.model)
+    print(f"{a.model}: opset {max((o.version for o in model.opset_import if o.domain in ('', 'ai.onnx')), default='?')}, "
+          f"{len(model.graph.node)} nodes")
+    for kind, ios in (("input", onnx_load.graph_inputs(model)), ("output", onnx_load.graph_outputs(model))):
+        for io in ios:
+            print(f"  {kind:6} {io.name}: {io.dtype}[{', '.join(map(str, io.shape))}]")
+    dyn = onnx_load.dynamic_dim_names(model)
+    print(f"  dynamic dims: {', '.join(dyn) if dyn else 'none'}" + (
+        f"  (build with {' '.join(f'--dim {d}=MIN:MAX' for d in dyn)})" if dyn else ""))
+    counts = Counter(n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op_type}" for n in model.graph.node)
+    print("  operators:")
+    for op, n in sorted(counts.items()):
+        print(f"    {op:28} x{n:<4} {'supported' if op in SUPPORTED_OPS else 'NOT SUPPORTED'}")
+    bad = onnx_load.unsupported_ops(model)
+    print(f"  {'all operators are supported' if not bad else f'{len(bad)} node(s) use unsupported operators'}")
+    return 0
+
+
+def _cmd_boards(a: argparse.Namespace) -> int:
+    from .board import board_files, load_board_file
+
+    for p in board_files():
+        b = load_board_file(p)
+        t = b.target
+        print(f"{b.name:18} {t.triple:22} cpu={t.cpu:14} cores={t.cores:<3} kernels={t.kind:5} "
+              f"transport={b.transport.get('kind', 'local'):7} {b.description}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="edgepack", description="Ahead-of-time deployment packager for edge devices.")
+    p.add_argument("-v", "--verbose", action="store_true", help="log each stage")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    b = sub.add_parser("build", help="compile an ONNX model into a self-contained C package")
+    b.add_argument("model", nargs="?", help="the .onnx file (default: the bundled encoder example)")
+    b.add_argument("--board", default="host", help="board name from boards/*.toml (default: host)")
+    b.add_argument("--dim", action="append", metavar="NAME=MIN:MAX", help="range of a dynamic dim (repeatable)")
+    b.add_argument("-o", "--output", help="package directory (default: build/<model>)")
+    b.add_argument("--name", help="package name used in C symbols (default: the model file's stem)")
+    b.set_defaults(fn=_cmd_build)
+
+    r = sub.add_parser("run", help="run a built package on .npy inputs")
+    r.add_argument("bundle", help="the package directory")
+    r.add_argument("--input", action="append", metavar="X.npy", help="one per model input, in model order")
+    r.add_argument("-o", "--output", default="out", help="folder for <k>_<name>.npy outputs (default: out)")
+    r.add_argument("--threads", type=int, help="worker threads (default: the board's cores)")
+    r.set_defaults(fn=_cmd_run)
+
+    i = sub.add_parser("inspect", help="show a model's inputs, dynamic dims and operators")
+    i.add_argument("model")
+    i.set_defaults(fn=_cmd_inspect)
+
+    bo = sub.add_parser("boards", help="list the boards edgepack knows")
+    bo.set_defaults(fn=_cmd_boards)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
+    try:
+        return args.fn(args)
+    except EdgepackError as e:
+        print(f"edgepack: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("edgepack: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
