@@ -40,7 +40,11 @@ def check_against_onnxruntime(bundle: Bundle, model: Path, sizes: list[dict[str,
                               inputs_fn=random_inputs) -> list[tuple[dict[str, int], float]]:
     import onnxruntime as ort
 
-    sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    # Graph optimizations off: ORT's fused rewrites (e.g. DequantizeLinear+MatMul -> MatMulNBits with int8
+    # activations) change the numerics; op-by-op execution is the ONNX semantics we must match.
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
     names = [i.name for i in sess.get_inputs()]
     results = []
     for dims in sizes:

@@ -25,7 +25,7 @@ class CSources:
 
 
 def layout_weights(plan: Plan) -> WeightsLayout:
-    used = {a for c in plan.calls for a in c.args} | {o.tensor for o in plan.outputs}
+    used = {a for c in plan.calls for a in c.tensors} | {o.tensor for o in plan.outputs}
     used |= {plan.tensor(t).base for t in used if plan.tensor(t).kind == "view"}
     offsets, parts, off = {}, [], 0
     for tid, value in zip(plan.params, plan.param_values):
@@ -261,16 +261,11 @@ class _Emitter:
 
     def _call(self, n: int, c) -> list[str]:
         impl = self.impls[c.kernel]
-        args = ", ".join(f"&T[{a}]" for a in c.args)
         fail = [f'  if (st != EP_OK) {{ ep_msg_set(&ctx->msg, "kernel {c.kernel} failed", "", ""); return st; }}']
-        scal = ", ".join(s.c for s in c.scalars)
         if not impl.split:
-            v = impl.variants[0]
-            lines = [f"  {{ /* call {n}: {c.kernel} */", f"    DLTensor* a[] = {{{args}}};"]
-            if c.scalars:
-                lines.append(f"    const int64_t s[] = {{{scal}}};")
-            lines.append(f"    st = ep_call(__tvm_ffi_{v.symbol}, a, {len(c.args)}, {'s' if c.scalars else 'NULL'}, {len(c.scalars)});")
-            return lines + ["  }"] + fail
+            args = ", ".join(f"ep_arg_tensor(&T[{a}])" if isinstance(a, int) else f"ep_arg_int({a.c})" for a in c.args)
+            return [f"  {{ /* call {n}: {c.kernel} */", f"    TVMFFIAny a[] = {{{args}}};",
+                    f"    st = ep_call(__tvm_ffi_{impl.variants[0].symbol}, a, {len(c.args)});", "  }"] + fail
         return self._split_call(n, c, impl) + fail
 
     def _split_call(self, n: int, c, impl: KernelImpl) -> list[str]:
@@ -284,7 +279,7 @@ class _Emitter:
             f"    const int64_t rows = {sp.dim}, tile = tiles[choice], whole = rows - rows % tile;",
             f"    DLTensor v[{na}];",
             f"    int64_t vs[{na}][{self.max_rank}];",
-            f"    DLTensor* a[] = {{{', '.join(f'&v[{i}]' for i in range(na))}}};",
+            f"    TVMFFIAny a[{na + 1}];",
         ]
 
         def views(begin: str, end: str) -> list[str]:
@@ -300,13 +295,15 @@ class _Emitter:
         lines.append("    st = EP_OK;")
         lines.append("    if (whole > 0) {")
         lines += views("0", "whole")
-        lines.append("      const int64_t mt = whole / tile;")
-        calls = " ".join(f"case {j}: st = ep_call(__tvm_ffi_{v.symbol}, a, {na}, &mt, 1); break;" for j, v in enumerate(mains))
+        lines += [f"      a[{i}] = ep_arg_tensor(&v[{i}]);" for i in range(na)]
+        lines.append(f"      a[{na}] = ep_arg_int(whole / tile);")
+        calls = " ".join(f"case {j}: st = ep_call(__tvm_ffi_{v.symbol}, a, {na + 1}); break;" for j, v in enumerate(mains))
         lines.append(f"      switch (choice) {{ {calls} default: st = EP_ERR_ARG; }}")
         lines.append("    }")
         lines.append("    if (st == EP_OK && rows > whole) {")
         lines += views("whole", "rows")
-        lines.append(f"      st = ep_call(__tvm_ffi_{impl.edge.symbol}, a, {na}, NULL, 0);")
+        lines += [f"      a[{i}] = ep_arg_tensor(&v[{i}]);" for i in range(na)]
+        lines.append(f"      st = ep_call(__tvm_ffi_{impl.edge.symbol}, a, {na});")
         lines += ["    }", "  }"]
         return lines
 

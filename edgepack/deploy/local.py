@@ -28,7 +28,7 @@ def run_local(bundle: Bundle, arrays: list[np.ndarray], out_dir: str | Path, thr
         paths = []
         for i, a in enumerate(arrays):
             paths.append(tmp / f"in{i}.npy")
-            np.save(paths[-1], np.ascontiguousarray(a))
+            np.save(paths[-1], np.require(a, requirements="C"))  # ascontiguousarray makes 0-d 1-d
         res_dir = tmp / "out"
         res_dir.mkdir()
         cmd = [str(prog)] + (["--threads", str(threads)] if threads else []) + [str(res_dir)] + [str(p) for p in paths]

@@ -69,8 +69,6 @@ _INT_TYPES = {
     TensorProto.INT64, TensorProto.INT32, TensorProto.INT16, TensorProto.INT8,
     TensorProto.UINT64, TensorProto.UINT32, TensorProto.UINT16, TensorProto.UINT8,
 }
-_QUANT_TYPES = {TensorProto.INT8, TensorProto.UINT8, TensorProto.INT4, TensorProto.UINT4,
-                TensorProto.INT16, TensorProto.UINT16}
 # Never folded: non-deterministic or with side effects / sequence outputs.
 _NO_FOLD = {
     "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli",
@@ -482,6 +480,12 @@ def _pretranspose_gemm_weights(model: onnx.ModelProto, rep: CanonicalizeReport, 
             w = numpy_helper.to_array(inits[b])
             if w.ndim != 2:
                 continue
+            if all_gemm_transb(b):  # only these Gemms read it: transpose in place, keep the name
+                inits[b].CopyFrom(numpy_helper.from_array(np.ascontiguousarray(w.T), b))
+                for u in users[b]:
+                    _set_attr(u, "transB", 0)
+                    rep.add("Gemm transB weight stored transposed")
+                continue
             new = names.fresh(b + "_T")
             g.initializer.append(numpy_helper.from_array(np.ascontiguousarray(w.T), new))
             inits[new] = g.initializer[-1]
@@ -499,11 +503,8 @@ def _pretranspose_gemm_weights(model: onnx.ModelProto, rep: CanonicalizeReport, 
         q = numpy_helper.to_array(inits[dq.input[0]])
         if q.ndim != 2:
             continue
-        new = names.fresh(dq.input[0] + "_T")
-        g.initializer.append(numpy_helper.from_array(np.ascontiguousarray(q.T), new))
-        inits[new] = g.initializer[-1]
-        users[new] = [dq]
-        dq.input[0] = new
+        # only this DequantizeLinear reads it: transpose in place, keep the name
+        inits[dq.input[0]].CopyFrom(numpy_helper.from_array(np.ascontiguousarray(q.T), dq.input[0]))
         axis = _attr(dq, "axis", 1)
         _set_attr(dq, "axis", 1 - (axis + 2 if axis < 0 else axis))
         for u in users[b]:
@@ -627,10 +628,31 @@ class _Folder:
                 return False  # Cast+Mul weight dequantisation: keep the int8 weight
         return True
 
+    def _too_big(self, n: onnx.NodeProto, in_size: int) -> bool:
+        """Ops whose output can dwarf their inputs: checked before evaluating them."""
+        limit = max(in_size, FOLD_LIMIT)
+        c = self.consts
+        try:
+            if n.op_type == "ConstantOfShape":
+                return int(np.prod(c[n.input[0]])) > limit
+            if n.op_type == "Expand":
+                return int(np.prod(np.broadcast_shapes(c[n.input[0]].shape,
+                                                       tuple(int(d) for d in c[n.input[1]])))) > limit
+            if n.op_type == "Tile":
+                return int(np.prod(np.array(c[n.input[0]].shape) * c[n.input[1]])) > limit
+            if n.op_type == "Range":
+                s, e, d = (float(c[i].reshape(())) for i in n.input[:3])
+                return d == 0 or (e - s) / d > limit
+        except Exception:  # noqa: BLE001 - malformed operands: let the evaluator decide
+            return False
+        return False
+
     def _evaluate(self, n: onnx.NodeProto) -> list[np.ndarray] | None:
         from onnx.reference import ReferenceEvaluator
 
         feeds = {i: self.consts[i] for i in n.input if i}
+        if self._too_big(n, sum(v.size for v in feeds.values())):
+            return None
         try:
             ev = ReferenceEvaluator(n, opsets={"": self.opset})
             outs = ev.run(None, feeds)

@@ -69,6 +69,7 @@ class _PlanWalker:
         self.storage_tensors: dict = {}
         self.by_var: dict = {}  # relax Var (by identity: names can repeat) -> tensor id
         self.unplanned: list[int] = []  # builtin.alloc_tensor tensors
+        self.tuples: dict = {}  # relax Var -> relax.Tuple it is bound to
         self.param_values: list = []
         self.params: list[int] = []
         self.inputs: list[int] = []
@@ -134,7 +135,11 @@ class _PlanWalker:
             self.by_var[b.var] = self._arg(v)
             return
         if isinstance(v, relax.Tuple):
-            return  # only used for multiple outputs; resolved in _outputs
+            self.tuples[b.var] = v  # only used for outputs; resolved in _outputs
+            return
+        if isinstance(v, relax.TupleGetItem) and v.tuple_value in self.tuples:
+            self.by_var[b.var] = self._arg(self.tuples[v.tuple_value].fields[v.index])
+            return
         if not isinstance(v, relax.Call):
             raise ModelError(f"unexpected value in lowered model: {type(v).__name__}")
         op = v.op
@@ -173,19 +178,21 @@ class _PlanWalker:
         return tid
 
     def _kernel_call(self, kernel: str, args) -> None:
-        tensors, scalars = [], []
+        out: list = []
         for a in args:
             if isinstance(a, relax.ShapeExpr):
-                scalars.extend(self._sym(x) for x in a.values)
+                out.extend(self._sym(x) for x in a.values)
             elif tvm.ir.is_prim_expr(a):
-                scalars.append(self._sym(a))
+                out.append(self._sym(a))
             else:
-                tensors.append(self._arg(a))
-        self.calls.append(KernelCall(kernel, tensors, scalars))
+                out.append(self._arg(a))
+        self.calls.append(KernelCall(kernel, out))
 
     def _outputs(self, ret) -> list[tuple[int, str]]:
+        if isinstance(ret, relax.Var) and ret in self.tuples:
+            ret = self.tuples[ret]
         items = list(ret.fields) if isinstance(ret, relax.Tuple) else [ret]
-        if len(items) == 1 and isinstance(ret, relax.Var) and isinstance(ret.ty, relax.TupleType):
+        if any(isinstance(x, relax.Tuple) or x in self.tuples for x in items):
             raise ModelError("models returning a nested tuple are not supported")
         return [(self._arg(x), x.name if isinstance(x, relax.Var) else f"out{i}") for i, x in enumerate(items)]
 

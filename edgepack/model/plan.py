@@ -80,11 +80,15 @@ class Block:
 
 @dataclass
 class KernelCall:
-    """One call of a kernel: tensors in destination-passing order, then extra int64 scalars."""
+    """One call of a kernel, arguments in the kernel's parameter order: tensor ids (int) and int64 scalars
+    (SymExpr, the dims a kernel cannot read from its buffers' shapes)."""
 
     kernel: str
-    args: list[int]
-    scalars: list[SymExpr] = field(default_factory=list)
+    args: list[int | SymExpr]
+
+    @property
+    def tensors(self) -> list[int]:
+        return [a for a in self.args if isinstance(a, int)]
 
 
 @dataclass
@@ -134,5 +138,5 @@ class Plan:
                 }
                 for t in self.tensors
             ],
-            "calls": [{"kernel": c.kernel, "args": c.args, "scalars": [s.c for s in c.scalars]} for c in self.calls],
+            "calls": [{"kernel": c.kernel, "args": [a if isinstance(a, int) else a.c for a in c.args]} for c in self.calls],
         }

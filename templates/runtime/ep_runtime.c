@@ -121,26 +121,12 @@ void ep_row_view(DLTensor* view, int64_t* shape, const DLTensor* t, int axis, in
   view->data = (uint8_t*)t->data + begin * row_bytes;
 }
 
-#define EP_MAX_KERNEL_ARGS 64
-
-ep_status_t ep_call(ep_packed_fn_t fn, DLTensor* const* tensors, int nt, const int64_t* scalars, int ns) {
-  TVMFFIAny args[EP_MAX_KERNEL_ARGS];
+ep_status_t ep_call(ep_packed_fn_t fn, const TVMFFIAny* args, int nargs) {
   TVMFFIAny ret;
-  if (nt + ns > EP_MAX_KERNEL_ARGS) return EP_ERR_ARG;
-  for (int i = 0; i < nt; ++i) {
-    args[i].type_index = kTVMFFIDLTensorPtr;
-    args[i].zero_padding = 0;
-    args[i].v_ptr = tensors[i];
-  }
-  for (int i = 0; i < ns; ++i) {
-    args[nt + i].type_index = kTVMFFIInt;
-    args[nt + i].zero_padding = 0;
-    args[nt + i].v_int64 = scalars[i];
-  }
   ret.type_index = kTVMFFINone;
   ret.zero_padding = 0;
   ret.v_int64 = 0;
-  return fn(NULL, args, nt + ns, &ret) == 0 ? EP_OK : EP_ERR_KERNEL;
+  return fn(NULL, args, nargs, &ret) == 0 ? EP_OK : EP_ERR_KERNEL;
 }
 
 /* --- kernel workspace: LIFO per thread ----------------------------------------------------------- */

@@ -79,8 +79,24 @@ void ep_msg_set(ep_msg_t* m, const char* a, const char* b, const char* c);
 void ep_msg_append_i64(ep_msg_t* m, int64_t v);
 void ep_msg_append(ep_msg_t* m, const char* s);
 
-/* Calls a packed kernel with `nt` tensors followed by `ns` int64 scalars. */
-ep_status_t ep_call(ep_packed_fn_t fn, DLTensor* const* tensors, int nt, const int64_t* scalars, int ns);
+/* Kernel arguments in TVM-FFI form, and a call of a packed kernel with them. */
+static inline TVMFFIAny ep_arg_tensor(DLTensor* t) {
+  TVMFFIAny a;
+  a.type_index = kTVMFFIDLTensorPtr;
+  a.zero_padding = 0;
+  a.v_ptr = t;
+  return a;
+}
+
+static inline TVMFFIAny ep_arg_int(int64_t v) {
+  TVMFFIAny a;
+  a.type_index = kTVMFFIInt;
+  a.zero_padding = 0;
+  a.v_int64 = v;
+  return a;
+}
+
+ep_status_t ep_call(ep_packed_fn_t fn, const TVMFFIAny* args, int nargs);
 
 /* A view of rows [begin, end) of `t` along `axis` (all axes before it have extent 1). */
 void ep_row_view(DLTensor* view, int64_t* shape, const DLTensor* t, int axis, int64_t begin, int64_t end,

@@ -1,0 +1,64 @@
+"""Shared fixtures: packages are built once per test session and reused by every test that needs them."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from edgepack.examples import EXAMPLES
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPORTS = ROOT / "tests" / "data" / "exports"
+
+# committed PyTorch exports (tests/data/exports/README.md) and the ranges they are built with
+EXPORT_DIMS = {
+    "bert_dynamo": {"batch": (1, 4), "seq": (1, 64)},
+    "bert_torchscript": {"batch": (1, 4), "seq": (1, 64)},
+    "bert_int8": {"batch": (1, 4), "seq": (1, 64)},
+    "cnn": {"batch": (1, 8)},
+}
+
+
+@pytest.fixture(scope="session")
+def build_cache(tmp_path_factory):
+    """build(model_path, dims, name) -> Bundle, memoised for the session."""
+    from edgepack.pipeline import build_package
+
+    root = tmp_path_factory.mktemp("bundles")
+    cache: dict = {}
+
+    def build(model: Path, dims: dict, name: str):
+        key = (str(model), tuple(sorted(dims.items())), name)
+        if key not in cache:
+            cache[key] = build_package(model, "host", dims, root / name, name=name).bundle
+        return cache[key]
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def encoder_bundle(build_cache):
+    ex = EXAMPLES["encoder"]
+    return build_cache(ex.path, dict(ex.dims), "encoder")
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run the real `edgepack` entry point in a subprocess, as a user would."""
+    return subprocess.run([sys.executable, "-m", "edgepack.cli", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=timeout)
+
+
+def sizes_for(lo: int, hi: int) -> list[int]:
+    """min, max, 1 (if in range), an odd size and a prime size inside the range."""
+    primes = [p for p in (2, 3, 5, 7, 11, 13, 17, 29, 31, 61, 127, 251) if lo <= p <= hi]
+    odd = next((v for v in ((lo + hi) // 2 | 1, lo + 2, hi - 1) if lo <= v <= hi and v % 2), lo)
+    out = [lo, hi, odd] + ([1] if lo <= 1 <= hi else []) + primes[-1:] + primes[:1]
+    return sorted(set(out))
+
+
+def have(tool: str) -> bool:
+    return shutil.which(tool) is not None

@@ -1,0 +1,126 @@
+"""Bad input: one clear line on stderr, exit code 2, no traceback, nothing half-written."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from conftest import run_cli
+from onnx import TensorProto, helper
+
+from edgepack.examples import EXAMPLES
+
+ENCODER = EXAMPLES["encoder"].path
+
+
+def assert_user_error(r, *needles: str) -> None:
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    assert lines[0].startswith("edgepack: error: ")
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+def _tiny_model(op: str, path, dims=("n",)) -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(dims))
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, list(dims))
+    node = helper.make_node(op, ["x"], ["y"], name=f"my_{op.lower()}", domain="" if op != "Custom" else "com.acme")
+    opsets = [helper.make_opsetid("", 18)] + ([helper.make_opsetid("com.acme", 1)] if op == "Custom" else [])
+    onnx.save(helper.make_model(helper.make_graph([node], "g", [x], [y]), opset_imports=opsets), path)
+
+
+def test_missing_file(tmp_path):
+    assert_user_error(run_cli("build", str(tmp_path / "nope.onnx"), "-o", str(tmp_path / "out")), "does not exist")
+    assert not (tmp_path / "out").exists()
+
+
+def test_not_onnx(tmp_path):
+    p = tmp_path / "m.onnx"
+    p.write_text("this is not a model\n")
+    assert_user_error(run_cli("build", str(p), "-o", str(tmp_path / "out")), "ONNX")
+    assert not (tmp_path / "out").exists()
+
+
+def test_truncated_onnx(tmp_path):
+    p = tmp_path / "t.onnx"
+    p.write_bytes(ENCODER.read_bytes()[: ENCODER.stat().st_size // 3])
+    assert_user_error(run_cli("build", str(p), "--dim", "seq=1:8", "-o", str(tmp_path / "out")), "t.onnx")
+    assert not (tmp_path / "out").exists()
+
+
+def test_unsupported_ops_listed_together(tmp_path):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="ok_relu"),
+             helper.make_node("Celu", ["a"], ["b"], name="bad_celu"),
+             helper.make_node("Hardmax", ["b"], ["c"], name="bad_hardmax"),
+             helper.make_node("Custom", ["c"], ["y"], name="bad_custom", domain="com.acme")]
+    p = tmp_path / "u.onnx"
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("com.acme", 1)])
+    onnx.save(model, p)
+    r = run_cli("build", str(p), "--dim", "n=1:8", "-o", str(tmp_path / "out"))
+    assert_user_error(r, "3 node(s)", "Celu (bad_celu)", "Hardmax (bad_hardmax)", "com.acme::Custom (bad_custom)")
+    assert not (tmp_path / "out").exists()
+
+
+def test_dim_without_range(tmp_path):
+    assert_user_error(run_cli("build", str(ENCODER), "-o", str(tmp_path / "out")), "seq", "--dim seq=MIN:MAX")
+
+
+def test_min_greater_than_max(tmp_path):
+    assert_user_error(run_cli("build", str(ENCODER), "--dim", "seq=9:3", "-o", str(tmp_path / "o")), "greater")
+
+
+@pytest.mark.parametrize("arg", ["seq", "seq=1-8", "seq=a:b", "seq=0:8"])
+def test_malformed_dim(tmp_path, arg):
+    assert_user_error(run_cli("build", str(ENCODER), "--dim", arg, "-o", str(tmp_path / "o")), "--dim")
+
+
+def test_unknown_dim(tmp_path):
+    assert_user_error(run_cli("build", str(ENCODER), "--dim", "seq=1:8", "--dim", "batch=1:2",
+                              "-o", str(tmp_path / "o")), "batch", "seq")
+
+
+def test_unknown_board(tmp_path):
+    assert_user_error(run_cli("build", str(ENCODER), "--board", "nosuch", "--dim", "seq=1:8"), "nosuch")
+
+
+def test_run_bad_inputs(encoder_bundle, tmp_path):
+    out = tmp_path / "out"
+    good = tmp_path / "x.npy"
+    np.save(good, np.zeros((1, 5, 64), np.float32))
+    cases = {
+        "count": ([good, good], "takes 1 input"),
+        "dtype": ([tmp_path / "x64.npy"], "float32"),
+        "rank": ([tmp_path / "r.npy"], "rank"),
+        "static": ([tmp_path / "s.npy"], "axis 2"),
+        "range": ([tmp_path / "big.npy"], "outside"),
+        "notnpy": ([tmp_path / "bad.npy"], "not a .npy"),
+        "missing": ([tmp_path / "none.npy"], "does not exist"),
+    }
+    np.save(tmp_path / "x64.npy", np.zeros((1, 5, 64), np.float64))
+    np.save(tmp_path / "r.npy", np.zeros((5, 64), np.float32))
+    np.save(tmp_path / "s.npy", np.zeros((1, 5, 63), np.float32))
+    np.save(tmp_path / "big.npy", np.zeros((1, 257, 64), np.float32))
+    (tmp_path / "bad.npy").write_text("nope")
+    for name, (inputs, needle) in cases.items():
+        args = ["run", str(encoder_bundle.path)] + [a for p in inputs for a in ("--input", str(p))] + ["-o", str(out)]
+        assert_user_error(run_cli(*args), needle)
+        assert not out.exists() or not any(out.glob("*.npy")), name
+
+
+def test_run_not_a_package(tmp_path):
+    assert_user_error(run_cli("run", str(tmp_path), "--input", "x.npy"), "not an edgepack package")
+
+
+def test_c_program_rejects_out_of_range_dims(encoder_bundle, tmp_path):
+    """The C program itself (not only the Python checks) refuses a dim outside the range: exit 3."""
+    import subprocess
+
+    np.save(tmp_path / "big.npy", np.zeros((1, 300, 64), np.float32))
+    r = subprocess.run([str(encoder_bundle.path / "run"), str(tmp_path), str(tmp_path / "big.npy")],
+                       capture_output=True, text=True)
+    assert r.returncode == 3 and "outside its declared range 1..256" in r.stderr, r.stderr
