@@ -126,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     except EdgepackError as e:
         print(f"edgepack: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into `head` and the like
+        return 0
     except KeyboardInterrupt:
         print("edgepack: interrupted", file=sys.stderr)
         return 130

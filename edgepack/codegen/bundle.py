@@ -54,7 +54,7 @@ def copy_runtime(dst: Path, platform: str) -> None:
     (dst / "programs").mkdir(parents=True, exist_ok=True)
     for f in ("ep_runtime.h", "ep_runtime.c", "ep_tvm_abi.h", "ep_platform.h", f"ep_platform_{platform}.c"):
         shutil.copy2(TEMPLATES / "runtime" / f, dst / "runtime" / f)
-    for f in ("ep_run.c", "ep_npy.c", "ep_npy.h"):
+    for f in ("ep_run.c", "ep_bench.c", "ep_npy.c", "ep_npy.h"):
         shutil.copy2(TEMPLATES / "programs" / f, dst / "programs" / f)
 
 

@@ -1,0 +1,88 @@
+"""Latency of the built C package vs onnxruntime (1 and 2 threads) on the bundled encoder example.
+
+Both run on this machine in the same process tree, interleaved round by round, so the ratios hold even on
+a shared, noisy machine. Writes benchmarks/results/encoder_vs_onnxruntime.json.
+
+    python benchmarks/encoder_vs_onnxruntime.py [--sizes 1,32,128] [--rounds 5] [--repeat 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from edgepack.examples import EXAMPLES
+from edgepack.pipeline import build_package
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def c_samples(bundle: Path, seq: int, repeat: int) -> list[float]:
+    r = subprocess.run([str(bundle / "bench"), "--warmup", "3", "--repeat", str(repeat), str(seq)],
+                       capture_output=True, text=True, check=True)
+    return [s / 1e3 for s in json.loads(r.stdout)["samples_ns"]]
+
+
+def ort_samples(sess: ort.InferenceSession, x: np.ndarray, repeat: int) -> list[float]:
+    for _ in range(3):
+        sess.run(None, {"x": x})
+    out = []
+    for _ in range(repeat):
+        t0 = time.perf_counter_ns()
+        sess.run(None, {"x": x})
+        out.append((time.perf_counter_ns() - t0) / 1e3)
+    return out
+
+
+def session(model: Path, threads: int) -> ort.InferenceSession:
+    o = ort.SessionOptions()
+    o.intra_op_num_threads = threads
+    o.inter_op_num_threads = 1
+    return ort.InferenceSession(str(model), o, providers=["CPUExecutionProvider"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="1,32,128")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=30)
+    a = ap.parse_args()
+    ex = EXAMPLES["encoder"]
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        bundle = build_package(ex.path, "host", dict(ex.dims), Path(tmp) / "encoder").bundle
+        build_s = time.perf_counter() - t0
+        sessions = {"onnxruntime_1t": session(ex.path, 1), "onnxruntime_2t": session(ex.path, 2)}
+        rows = []
+        for seq in [int(s) for s in a.sizes.split(",")]:
+            x = np.random.default_rng(seq).standard_normal((1, seq, 64)).astype(np.float32)
+            samples: dict[str, list[float]] = {"edgepack": [], **{k: [] for k in sessions}}
+            for _ in range(a.rounds):  # interleaved: every contender sees the same machine state
+                samples["edgepack"] += c_samples(bundle.path, seq, a.repeat)
+                for k, s in sessions.items():
+                    samples[k] += ort_samples(s, x, a.repeat)
+            med = {k: statistics.median(v) for k, v in samples.items()}
+            row = {"seq": seq, "median_us": med,
+                   "speedup_vs": {k: med[k] / med["edgepack"] for k in sessions}}
+            rows.append(row)
+            print(f"seq {seq:4}: edgepack {med['edgepack']:9.1f} us | " + " | ".join(
+                f"{k} {med[k]:9.1f} us (x{row['speedup_vs'][k]:.2f})" for k in sessions))
+    result = {"benchmark": "encoder_vs_onnxruntime", "machine": platform.processor() or platform.machine(),
+              "cores": bundle.manifest["board"]["cores"], "tuned": False, "build_seconds": build_s,
+              "onnxruntime_version": ort.__version__, "rows": rows,
+              "note": "speedup_vs = onnxruntime median / edgepack median (> 1: edgepack faster)"}
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "encoder_vs_onnxruntime.json").write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
