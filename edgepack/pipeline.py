@@ -15,13 +15,11 @@ import onnx
 from . import __version__
 from .board import Board, load_board
 from .codegen.bundle import Bundle, commit, copy_runtime, make, stage_dir, write_makefile, write_manifest
-from .codegen.emit_c import emit_package, layout_weights
-from .codegen.kernels import compile_kernels
 from .model import onnx_load
-from .model.lower import Lowered, import_relax, lower
-from .model.plan import DimRange
-from .model.symexpr import c_ident
-from .schedule.variants import KernelImpl, Schedules, make_variants
+from .model.plan import DimRange, c_ident
+
+# TVM-dependent stages are imported inside the functions that use them: importing TVM takes seconds, and
+# bad input (a missing file, a dim without a range) should be reported before that.
 
 log = logging.getLogger("edgepack")
 
@@ -45,8 +43,10 @@ def prepare(model_path: str | Path, dim_ranges: dict[str, tuple[int, int]]) -> t
     return model, dims
 
 
-def lower_model(name: str, model: onnx.ModelProto, dims: list[DimRange]) -> Lowered:
+def lower_model(name: str, model: onnx.ModelProto, dims: list[DimRange]):
+    """-> model.lower.Lowered: the plan and its TIR kernels."""
     from .model.canonicalize import canonicalize
+    from .model.lower import import_relax, lower
 
     model = canonicalize(model, {d.name: (d.lo, d.hi) for d in dims})
     lowered = lower(name, import_relax(model), dims)
@@ -58,23 +58,28 @@ def lower_model(name: str, model: onnx.ModelProto, dims: list[DimRange]) -> Lowe
     return lowered
 
 
-def schedules_for(board: Board) -> Schedules:
-    return Schedules(vector_lanes=board.vector_lanes_f32, cores=board.target.cores)
+def schedules_for(board: Board):
+    from .schedule.variants import Schedules
+
+    return Schedules(vector_lanes=board.vector_lanes_f32, cores=board.target.cores, target=board.tvm_target())
 
 
 def build_package(model_path: str | Path, board: Board | str = "host", dim_ranges: dict | None = None,
-                  out: str | Path | None = None, schedules: Schedules | None = None,
-                  name: str | None = None) -> BuildResult:
+                  out: str | Path | None = None, schedules=None, name: str | None = None) -> BuildResult:
     t0 = time.perf_counter()
-    board = load_board(board) if isinstance(board, str) else board
     model_path = Path(model_path)
     model, dims = prepare(model_path, dim_ranges or {})
+    board = load_board(board) if isinstance(board, str) else board
+    from .codegen.emit_c import emit_package, layout_weights
+    from .codegen.kernels import compile_kernels
+    from .schedule.variants import make_variants
+
     name = name or c_ident(model_path.stem.lower())
     out = Path(out) if out else Path("build") / name
     lowered = lower_model(name, model, dims)
     plan = lowered.plan
     schedules = schedules or schedules_for(board)
-    impls: dict[str, KernelImpl] = {k: make_variants(k, f, schedules) for k, f in lowered.kernels.items()}
+    impls = {k: make_variants(k, f, schedules) for k, f in lowered.kernels.items()}
 
     stage = stage_dir(out)
     try:

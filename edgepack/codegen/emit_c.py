@@ -84,6 +84,7 @@ class _Emitter:
             "  int threads;",
             f"  DLTensor t[{len(p.tensors)}];",
             f"  int64_t shape[{len(p.tensors)}][{self.max_rank}];",
+            f"  uint64_t call_ns[{max(1, len(p.calls))}]; /* per-call time, summed over runs (built with -DEP_PROFILE) */",
             "  ep_msg_t msg;",
             f"}} ep_{m}_ctx_t;", "",
             "/* arena: EP_ALIGN-aligned, at least EP_<M>_ARENA_BYTES. opts may be NULL. */",
@@ -109,6 +110,14 @@ class _Emitter:
                 for k in self.impls.values() for v in k.variants]
         out += [f"int ep_{m}_dispatch_{k}(const int64_t* dims);" for k, i in self.impls.items() if i.split]
         out += [f"extern const uint8_t ep_{m}_weights[];", ""]
+        out += ["#ifdef EP_PROFILE /* time every kernel call on the platform clock */",
+                "#define EP_PROFILE_DECL() uint64_t ep_t0 = 0",
+                "#define EP_PROFILE_BEGIN() (ep_t0 = ep_platform_time_ns())",
+                "#define EP_PROFILE_END(n) (ctx->call_ns[n] += ep_platform_time_ns() - ep_t0)",
+                "#else", "#define EP_PROFILE_DECL() ((void)0)", "#define EP_PROFILE_BEGIN() ((void)0)",
+                "#define EP_PROFILE_END(n) ((void)0)", "#endif", ""]
+        out += [f"static const char* const call_names[] = {{{', '.join(chr(34) + c.kernel + chr(34) for c in p.calls) or '0'}}};",
+                f"static const uint64_t* pkg_call_ns(const void* c) {{ return ((const ep_{m}_ctx_t*)c)->call_ns; }}", ""]
         out += self._descriptors()
         out += self._init()
         out += self._output_shape()
@@ -199,7 +208,7 @@ class _Emitter:
                 f'    ep_msg_append(&ctx->msg, " is outside its declared range {d.lo}..{d.hi}");',
                 "    return EP_ERR_SHAPE;", "  }",
             ]
-        out += ["  DLTensor* T = ctx->t;", "  ep_status_t st;", "  (void)st;"]
+        out += ["  DLTensor* T = ctx->t;", "  ep_status_t st;", "  (void)st;", "  EP_PROFILE_DECL();"]
         for t in p.tensors:
             out += self._tensor_setup(t)
         for i, o in enumerate(p.outputs):
@@ -261,12 +270,15 @@ class _Emitter:
 
     def _call(self, n: int, c) -> list[str]:
         impl = self.impls[c.kernel]
-        fail = [f'  if (st != EP_OK) {{ ep_msg_set(&ctx->msg, "kernel {c.kernel} failed", "", ""); return st; }}']
+        fail = [f"  EP_PROFILE_END({n});",
+                f'  if (st != EP_OK) {{ ep_msg_set(&ctx->msg, "kernel {c.kernel} failed", "", ""); return st; }}']
         if not impl.split:
             args = ", ".join(f"ep_arg_tensor(&T[{a}])" if isinstance(a, int) else f"ep_arg_int({a.c})" for a in c.args)
-            return [f"  {{ /* call {n}: {c.kernel} */", f"    TVMFFIAny a[] = {{{args}}};",
-                    f"    st = ep_call(__tvm_ffi_{impl.variants[0].symbol}, a, {len(c.args)});", "  }"] + fail
-        return self._split_call(n, c, impl) + fail
+            body = [f"  {{ /* call {n}: {c.kernel} */", f"    TVMFFIAny a[] = {{{args}}};",
+                    f"    st = ep_call(__tvm_ffi_{impl.variants[0].symbol}, a, {len(c.args)});", "  }"]
+        else:
+            body = self._split_call(n, c, impl)
+        return ["  EP_PROFILE_BEGIN();"] + body + fail
 
     def _split_call(self, n: int, c, impl: KernelImpl) -> list[str]:
         sp = impl.split
@@ -317,6 +329,7 @@ class _Emitter:
             f'  "{m}", {len(p.dims)}, {len(p.inputs)}, {len(p.outputs)}, dims_desc, input_desc, output_desc,',
             f"  EP_{M}_ARENA_BYTES, sizeof(ep_{m}_ctx_t), EP_{M}_IO_BYTES,",
             f"  pkg_init, pkg_run, ep_{m}_output_shape, pkg_message,",
+            f"  {len(p.calls)}, call_names, pkg_call_ns,",
             "};", "",
         ]
 

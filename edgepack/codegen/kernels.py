@@ -7,11 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import tvm
-from tvm import s_tir
+from tvm import s_tir, tirx
 
 from ..errors import BuildError
-from ..model.plan import DimRange, align_up
-from ..model.symexpr import to_sym
+from ..model.plan import ALIGN, DimRange, align_up
 from ..schedule.variants import KernelImpl
 
 
@@ -45,24 +44,52 @@ def compile_kernels(impls: dict[str, KernelImpl], target: tvm.target.Target, out
         lib.write_to_file(str(out))
     else:
         out.write_text(lib.inspect_source())
-    ws = max((workspace_bound(v.func, dims, v.tile) for k in impls.values() for v in k.variants), default=0)
+    ws = max((workspace_bound(v.func, dims, target, v.tile) for k in impls.values() for v in k.variants), default=0)
     return KernelObject(out, [v.symbol for k in impls.values() for v in k.variants], ws)
 
 
-def workspace_bound(func, dims: list[DimRange], tile: int = 0) -> int:
-    """Sum of a kernel's intermediate buffers at the upper bounds: no thread ever holds more at once
-    (scheduling only moves them into loops and shrinks them)."""
+def workspace_bound(func: tirx.PrimFunc, dims: list[DimRange], target: tvm.target.Target, tile: int = 0) -> int:
+    """Bytes of workspace one thread may hold while running `func` at the dims' upper bounds.
+
+    The kernel is specialized to the upper bounds and lowered (which moves each intermediate buffer
+    into the loop that uses it and shrinks it to its footprint there); TVM then sums its allocations.
+    Each allocation also costs the LIFO allocator up to 2 * EP_ALIGN bytes (header + alignment).
+    """
+    ub = {d.name: d.hi for d in dims}
+    ub["mt"] = -(-max(ub.values(), default=1) // max(tile, 1))  # row tiles of a main variant
+    mod = tvm.IRModule({"main": _at_upper_bounds(func, ub).with_attr("global_symbol", "main")})
+    mod = tvm.tirx.transform.BindTarget(target.with_host(target))(mod)
+    pipeline, _, _ = tvm.tirx.get_default_tir_pipeline(target)
+    with tvm.transform.PassContext(opt_level=3, config={"tirx.disable_assert": True}):
+        mod = pipeline(mod)
+    per_scope = s_tir.analysis.calculate_allocated_bytes(mod)["main"]
+    n_allocs = len(_root_allocs(func))
+    return align_up(sum(int(v) for v in per_scope.values()) + 2 * ALIGN * n_allocs)
+
+
+def _root_allocs(func: tirx.PrimFunc) -> list:
     sch = s_tir.Schedule(tvm.IRModule({"main": func}))
     try:
-        root = sch.get(sch.get_sblock("root"))
-    except Exception:  # no root block (already lowered)
-        return 0
-    ub = {d.c_name: d.hi for d in dims}
-    ub["mt"] = -(-max(ub.values(), default=1) // max(tile, 1))  # row tiles of a main variant
-    total = 0
-    for buf in root.alloc_buffers:
-        n = 1
-        for s in buf.shape:
-            n *= to_sym(s).eval(ub)
-        total += align_up(n * tvm.DataType(buf.dtype).bits // 8) + 64  # + the allocator's header
-    return total
+        return list(sch.get(sch.get_sblock("root")).alloc_buffers)
+    except Exception:  # no root block
+        return []
+
+
+def _at_upper_bounds(func: tirx.PrimFunc, ub: dict[str, int]) -> tirx.PrimFunc:
+    """`func` with every dynamic dim (scalar params and plain-var buffer dims) fixed to its upper bound."""
+    pm: dict = {}
+    bound: set[str] = set()
+    for p in func.params:
+        if getattr(p, "shape", None) is None and p.name in ub:
+            pm[p] = tirx.IntImm("int64", ub[p.name])
+            bound.add(p.name)
+    for p in func.params:
+        shape = getattr(p, "shape", None)
+        if shape is None or not all(isinstance(s, (tirx.IntImm, tirx.Var)) for s in shape):
+            continue  # e.g. mt * tile: bound through the scalar mt above
+        free = {s.name for s in shape if isinstance(s, tirx.Var)} - bound
+        if free:
+            fixed = [tirx.IntImm("int64", ub[s.name]) if isinstance(s, tirx.Var) else s for s in shape]
+            pm[p] = tirx.decl_buffer(fixed, p.dtype, name=p.name)
+            bound |= free
+    return func.specialize(pm) if pm else func

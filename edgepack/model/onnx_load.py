@@ -12,8 +12,7 @@ from onnx import TensorProto, helper
 
 from ..errors import DimError, ModelError, UnsupportedOpsError
 from .ops import SUPPORTED_OPS
-from .plan import DimRange
-from .symexpr import c_ident
+from .plan import DimRange, c_ident
 
 
 @dataclass(frozen=True)

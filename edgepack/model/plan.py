@@ -6,11 +6,18 @@ Shapes are symbolic: each dimension is a `SymExpr` over the model's dynamic dims
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 ALIGN = 64  # bytes; every arena block starts on a cache line (and a NEON/AVX-512 vector)
+
+
+def c_ident(name: str) -> str:
+    """A C identifier for an ONNX name (dims, tensors): letters, digits and underscores."""
+    s = re.sub(r"[^0-9A-Za-z_]", "_", name)
+    return s if s and not s[0].isdigit() else f"_{s}"
 
 
 def align_up(n: int, a: int = ALIGN) -> int:

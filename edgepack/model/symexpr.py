@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-import re
-
 import tvm
 from tvm import tirx
 
 from ..errors import ModelError
-from .plan import SymExpr
+from .plan import SymExpr, c_ident
 
 _BINARY = {
     tirx.Add: ("+", "+"),
     tirx.Sub: ("-", "-"),
     tirx.Mul: ("*", "*"),
 }
-
-
-def c_ident(name: str) -> str:
-    """A C identifier for an ONNX name (dims, tensors): letters, digits and underscores."""
-    s = re.sub(r"[^0-9A-Za-z_]", "_", name)
-    return s if s and not s[0].isdigit() else f"_{s}"
 
 
 def to_sym(e) -> SymExpr:

@@ -69,3 +69,25 @@ def _fuse_epilogue(sch: s_tir.Schedule, blk, loop) -> None:
         except Exception:  # ScheduleError or TVM internal errors: an epilogue that needs whole rows stays where it is: still correct
             continue
         frontier.extend(sch.get_consumers(c))
+
+
+def schedule_matmul_rowwise(func: tirx.PrimFunc, block: str) -> tirx.PrimFunc:
+    """For matmuls whose rows cannot be split (batch matmuls with dynamic N or K, as in attention):
+    loop order (batch.., i, k, j) with j innermost over contiguous memory, rows in parallel, the epilogue
+    fused per row. No tile crosses a dynamic extent, so no predicate; LLVM vectorizes the j loop."""
+    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+    blk = sch.get_sblock(block)
+    iters = sch.get(blk).iter_vars
+    loops = sch.get_loops(blk)
+    if len(loops) != len(iters) or len(loops) < 3 or iters[-1].iter_type != 2 or \
+            any(iv.iter_type != 0 for iv in iters[:-1]):
+        return func
+    *outer, j = loops[:-1]
+    k = loops[-1]
+    sch.reorder(*outer, k, j)
+    _fuse_epilogue(sch, blk, outer[-1])
+    sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+    if isinstance(iters[-2].dom.extent, tirx.IntImm):
+        sch.vectorize(j)
+    sch.decompose_reduction(blk, k)
+    return sch.mod["main"]

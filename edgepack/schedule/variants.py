@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 import tvm
 from tvm import s_tir, tirx
 
-from .dense import DenseTiles, schedule_dense
+from ..model.plan import c_ident
+from .dense import DenseTiles, schedule_dense, schedule_matmul_rowwise
 
 
 @dataclass(frozen=True)
@@ -54,21 +55,66 @@ class Schedules:
     dense: dict[str, DenseTiles] = field(default_factory=dict)  # kernel name -> tiles; missing: default
     vector_lanes: int = 8
     cores: int = 1
+    target: object = None  # tvm Target for the generic rules (DLight); None: leave other kernels unscheduled
 
 
 def make_variants(name: str, func: tirx.PrimFunc, sched: Schedules) -> KernelImpl:
     split = find_row_split(func)
     block = _matmul_block(func)
-    if split is None or block is None:
-        return KernelImpl(name, None, [Variant(name, 0, func)])
-    tiles = sched.dense.get(name) or DenseTiles.default(func, block, sched.vector_lanes)
-    if not _aligned(split, func, tiles.rows):
-        return KernelImpl(name, None, [Variant(name, 0, func)])
+    tiles = None
+    if split is not None and block is not None:
+        tiles = sched.dense.get(name) or DenseTiles.default(func, block, sched.vector_lanes)
+    if tiles is None or not _aligned(split, func, tiles.rows):
+        generic = schedule_matmul_rowwise(func, block) if block else generic_schedule(func, sched.target)
+        return KernelImpl(name, None, [Variant(name, 0, generic)])
     main = _specialize_rows(func, split, tiles.rows)
     main_f = schedule_dense(main, block, tiles, parallel=sched.cores > 1)
     edge_f = schedule_dense(func, block, tiles.with_rows(1), parallel=sched.cores > 1)
     return KernelImpl(name, split, [Variant(f"{name}_t{tiles.rows}", tiles.rows, main_f, True),
                                     Variant(f"{name}_edge", 0, edge_f)])
+
+
+def generic_schedule(func: tirx.PrimFunc, target) -> tirx.PrimFunc:
+    """DLight's CPU rules (reductions, GEMV): they move intermediates into the loops that use them, which
+    shrinks kernel workspace from whole tensors to rows. A result with a bounds-check predicate on a
+    dynamic axis is refused (DIETCODE.md: no guards in inner loops), keeping the plain loop nest."""
+    if target is None:
+        return func
+    from tvm.s_tir import dlight as dl
+
+    try:
+        with target:
+            out = dl.ApplyDefaultSchedule(dl.cpu.Reduction(), dl.cpu.GEMV())(tvm.IRModule({"main": func}))["main"]
+        if "T.where" not in out.script():
+            return out
+    except Exception:  # a rule that does not apply to this kernel's shape of loops
+        pass
+    return row_fusion(func)
+
+
+def row_fusion(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """Compute every block of a multi-block kernel inside the output block's outer loops, as deep as the
+    dependences allow (softmax, normalisations: one row at a time), so intermediates shrink to a row."""
+    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+    try:
+        blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    except Exception:
+        return func
+    if len(blocks) < 2:
+        return func
+    n_loops = len(sch.get_loops(blocks[-1]))
+    for depth in range(n_loops - 1, 0, -1):
+        trial = sch.copy()
+        try:
+            out = trial.get_child_blocks(trial.get_sblock("root"))[-1]
+            for b in reversed(trial.get_child_blocks(trial.get_sblock("root"))[:-1]):
+                trial.compute_at(b, trial.get_loops(out)[depth - 1], preserve_unit_loops=True)
+            rows = trial.get_loops(out)[:depth]
+            trial.parallel(trial.fuse(*rows) if len(rows) > 1 else rows[0])  # rows are independent
+        except Exception:  # ScheduleError: this depth breaks a dependence; try a shallower one
+            continue
+        return trial.mod["main"]
+    return func
 
 
 def _aligned(split: RowSplit, func: tirx.PrimFunc, tile: int) -> bool:
@@ -115,8 +161,6 @@ def find_row_split(func: tirx.PrimFunc) -> RowSplit | None:
         row_elems.append(n)
     if len(dyn_vars) != 1 or not _no_reduction_over_dyn(func):
         return None
-    from ..model.symexpr import c_ident
-
     return RowSplit(c_ident(dyn_vars.pop()), tuple(axes), tuple(row_elems))
 
 

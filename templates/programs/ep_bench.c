@@ -93,7 +93,18 @@ int main(int argc, char** argv) {
   for (int d = 0; d < pkg->num_dims; ++d) printf("%s%lld", d ? ", " : "", (long long)dims[d]);
   printf("], \"threads\": %d, \"samples_ns\": [", ep_pool_threads());
   for (long i = 0; i < n; ++i) printf("%s%llu", i ? ", " : "", (unsigned long long)samples[i]);
-  printf("]}\n");
+  printf("]");
+  const uint64_t* calls = pkg->call_ns(&ctx);
+  uint64_t any = 0;
+  for (int i = 0; i < pkg->num_calls; ++i) any |= calls[i];
+  if (any) { /* built with -DEP_PROFILE: mean ns per call over the timed and warm-up runs */
+    printf(", \"calls\": [");
+    for (int i = 0; i < pkg->num_calls; ++i)
+      printf("%s{\"kernel\": \"%s\", \"mean_ns\": %llu}", i ? ", " : "", pkg->call_names[i],
+             (unsigned long long)(calls[i] / (uint64_t)(n + warmup)));
+    printf("]");
+  }
+  printf("}\n");
   ep_pool_stop();
   return 0;
 }

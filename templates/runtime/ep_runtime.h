@@ -64,6 +64,9 @@ typedef struct {
   ep_status_t (*run)(void* ctx, const ep_buffer_t* inputs, const ep_buffer_t* outputs, const int64_t* dims);
   void (*output_shape)(const int64_t* dims, int index, int64_t* shape);
   const char* (*message)(const void* ctx);
+  int num_calls; /* kernel calls per run, for per-call profiles */
+  const char* const* call_names;
+  const uint64_t* (*call_ns)(const void* ctx); /* summed ns per call; all zero unless built with EP_PROFILE */
 } ep_package_t;
 
 const char* ep_status_str(ep_status_t s);
