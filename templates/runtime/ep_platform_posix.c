@@ -13,14 +13,21 @@
 
 static _Thread_local int ep_worker = 0;
 
+/* Workers spin this many rounds for the next launch before sleeping: kernels come in quick succession
+ * within a run, and a condition-variable wake-up costs more than a small kernel. */
+#ifndef EP_SPIN_ROUNDS
+#define EP_SPIN_ROUNDS 20000
+#endif
+
 static struct {
   pthread_t threads[EP_MAX_THREADS];
   pthread_mutex_t lock;
   pthread_cond_t wake, done;
-  int n;            /* threads including the caller */
-  uint64_t epoch;   /* bumped per launch */
-  int stopping;
-  int pending;      /* workers still running the current launch */
+  int n;                   /* threads including the caller */
+  atomic_uint_fast64_t epoch; /* bumped per launch */
+  uint64_t start_epoch;       /* the epoch workers were started at: launches after it are theirs */
+  atomic_int stopping;
+  atomic_int pending;      /* workers still running the current launch */
   FTVMParallelLambda fn;
   void* cdata;
   int num_task;
@@ -29,6 +36,14 @@ static struct {
   atomic_int barrier_sense;
 } pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER,
           .done = PTHREAD_COND_INITIALIZER, .n = 1};
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__) || defined(__arm__)
+  __asm__ __volatile__("yield");
+#endif
+}
 
 uint64_t ep_platform_time_ns(void) {
   struct timespec ts;
@@ -44,20 +59,32 @@ static void run_task(int task) {
   if (task < pool.num_task && pool.fn(task, &env, pool.cdata) != 0) atomic_store(&pool.failed, 1);
 }
 
+static uint64_t wait_for_launch(uint64_t seen) {
+  uint64_t e;
+  for (int spins = 0; spins < EP_SPIN_ROUNDS; ++spins) {
+    e = atomic_load_explicit(&pool.epoch, memory_order_acquire);
+    if (e != seen || atomic_load(&pool.stopping)) return e;
+    cpu_relax();
+  }
+  pthread_mutex_lock(&pool.lock);
+  while ((e = atomic_load(&pool.epoch)) == seen && !atomic_load(&pool.stopping)) pthread_cond_wait(&pool.wake, &pool.lock);
+  pthread_mutex_unlock(&pool.lock);
+  return e;
+}
+
 static void* worker_main(void* arg) {
   ep_worker = (int)(intptr_t)arg;
-  uint64_t seen = 0;
-  pthread_mutex_lock(&pool.lock);
+  uint64_t seen = pool.start_epoch; /* not the current epoch: a launch may come before this thread runs */
   for (;;) {
-    while (pool.epoch == seen && !pool.stopping) pthread_cond_wait(&pool.wake, &pool.lock);
-    if (pool.stopping) break;
-    seen = pool.epoch;
-    pthread_mutex_unlock(&pool.lock);
+    seen = wait_for_launch(seen);
+    if (atomic_load(&pool.stopping)) break;
     run_task(ep_worker);
-    pthread_mutex_lock(&pool.lock);
-    if (--pool.pending == 0) pthread_cond_signal(&pool.done);
+    if (atomic_fetch_sub(&pool.pending, 1) == 1) {
+      pthread_mutex_lock(&pool.lock);
+      pthread_cond_signal(&pool.done);
+      pthread_mutex_unlock(&pool.lock);
+    }
   }
-  pthread_mutex_unlock(&pool.lock);
   return NULL;
 }
 
@@ -66,7 +93,7 @@ int ep_platform_pool_start(int num_threads) {
   if (num_threads > EP_MAX_THREADS) num_threads = EP_MAX_THREADS;
   if (pool.n == num_threads) return 0;
   ep_platform_pool_stop();
-  pool.stopping = 0;
+  pool.start_epoch = atomic_load(&pool.epoch);
   for (int i = 1; i < num_threads; ++i) {
     if (pthread_create(&pool.threads[i], NULL, worker_main, (void*)(intptr_t)i) != 0) {
       pool.n = i;
@@ -75,18 +102,17 @@ int ep_platform_pool_start(int num_threads) {
     }
     pool.n = i + 1;
   }
-  pool.n = num_threads;
   return 0;
 }
 
 void ep_platform_pool_stop(void) {
   pthread_mutex_lock(&pool.lock);
-  pool.stopping = 1;
+  atomic_store(&pool.stopping, 1);
   pthread_cond_broadcast(&pool.wake);
   pthread_mutex_unlock(&pool.lock);
   for (int i = 1; i < pool.n; ++i) pthread_join(pool.threads[i], NULL);
   pool.n = 1;
-  pool.stopping = 0;
+  atomic_store(&pool.stopping, 0);
 }
 
 int ep_platform_parallel_launch(FTVMParallelLambda f, void* cdata, int num_task) {
@@ -99,19 +125,22 @@ int ep_platform_parallel_launch(FTVMParallelLambda f, void* cdata, int num_task)
     for (int t = 0; t < num_task; ++t) rc |= f(t, &env, cdata);
     return rc;
   }
-  pthread_mutex_lock(&pool.lock);
   pool.fn = f;
   pool.cdata = cdata;
   pool.num_task = num_task;
-  pool.pending = n - 1;
+  atomic_store(&pool.pending, n - 1);
   atomic_store(&pool.barrier_count, 0);
-  pool.epoch++;
+  pthread_mutex_lock(&pool.lock);
+  atomic_fetch_add_explicit(&pool.epoch, 1, memory_order_release);
   pthread_cond_broadcast(&pool.wake);
   pthread_mutex_unlock(&pool.lock);
   run_task(0);
-  pthread_mutex_lock(&pool.lock);
-  while (pool.pending > 0) pthread_cond_wait(&pool.done, &pool.lock);
-  pthread_mutex_unlock(&pool.lock);
+  for (int spins = 0; spins < EP_SPIN_ROUNDS && atomic_load(&pool.pending) > 0; ++spins) cpu_relax();
+  if (atomic_load(&pool.pending) > 0) {
+    pthread_mutex_lock(&pool.lock);
+    while (atomic_load(&pool.pending) > 0) pthread_cond_wait(&pool.done, &pool.lock);
+    pthread_mutex_unlock(&pool.lock);
+  }
   return atomic_load(&pool.failed) ? -1 : 0;
 }
 
