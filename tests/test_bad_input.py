@@ -124,3 +124,17 @@ def test_c_program_rejects_out_of_range_dims(encoder_bundle, tmp_path):
     r = subprocess.run([str(encoder_bundle.path / "run"), str(tmp_path), str(tmp_path / "big.npy")],
                        capture_output=True, text=True)
     assert r.returncode == 3 and "outside its declared range 1..256" in r.stderr, r.stderr
+
+
+def test_extra_outputs_that_tvm_cannot_compute_are_refused(tmp_path):
+    """TVM's importer returns placeholders for LayerNormalization's Mean/InvStdDev: refuse, don't guess."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])
+    mean = helper.make_tensor_value_info("mean", TensorProto.FLOAT, ["n", 1])
+    g = helper.make_tensor("g", TensorProto.FLOAT, [4], [1.0] * 4)
+    node = helper.make_node("LayerNormalization", ["x", "g"], ["y", "mean"], name="ln")
+    p = tmp_path / "ln.onnx"
+    onnx.save(helper.make_model(helper.make_graph([node], "g", [x], [y, mean], [g]),
+                                opset_imports=[helper.make_opsetid("", 18)]), p)
+    assert_user_error(run_cli("build", str(p), "--dim", "n=1:4", "-o", str(tmp_path / "o")),
+                      "LayerNormalization with more than one output (ln)")

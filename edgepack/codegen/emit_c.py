@@ -180,7 +180,7 @@ class _Emitter:
 
     def _output_shape(self) -> list[str]:
         out = [f"void ep_{self.m}_output_shape(const int64_t* dims, int index, int64_t* shape) {{"]
-        out += self._dim_locals() + ["  (void)dims;", "  switch (index) {"]
+        out += self._dim_locals() + ["  (void)dims, (void)shape;", "  switch (index) {"]
         for i, o in enumerate(self.p.outputs):
             t = self.p.tensor(o.tensor)
             out.append(f"    case {i}:")
@@ -195,6 +195,7 @@ class _Emitter:
         out = [
             f"ep_status_t ep_{m}_run(ep_{m}_ctx_t* ctx, const ep_buffer_t* inputs, const ep_buffer_t* outputs,",
             "                        const int64_t* dims) {",
+            "  (void)dims, (void)inputs, (void)outputs; /* a package may have no dims, inputs or outputs */",
             "  if (!ctx || !ctx->arena) return EP_ERR_ARG;",
         ]
         if p.dims:

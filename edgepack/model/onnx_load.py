@@ -110,14 +110,22 @@ def resolve_dims(model: onnx.ModelProto, ranges: dict[str, tuple[int, int]]) -> 
     return [DimRange(n, c, *ranges[n]) for n, c in zip(names, c_names)]
 
 
+# Ops whose extra outputs TVM's importer does not compute (it returns placeholders): a model may use
+# only the first output.
+FIRST_OUTPUT_ONLY = {"LayerNormalization", "MaxPool", "BatchNormalization", "Dropout"}
+
+
 def unsupported_ops(model: onnx.ModelProto) -> list[tuple[str, str]]:
     """(op_type, node name) of every node edgepack cannot compile, in graph order."""
     bad = []
     for i, node in enumerate(model.graph.node):
         domain_ok = node.domain in ("", "ai.onnx")
+        name = node.name or f"#{i}"
         if not domain_ok or node.op_type not in SUPPORTED_OPS:
             op = node.op_type if domain_ok else f"{node.domain}::{node.op_type}"
-            bad.append((op, node.name or f"#{i}"))
+            bad.append((op, name))
+        elif node.op_type in FIRST_OUTPUT_ONLY and any(node.output[1:]):
+            bad.append((f"{node.op_type} with more than one output", name))
     return bad
 
 
