@@ -13,6 +13,10 @@ from ..model.plan import DimRange
 
 
 class Dispatcher(Protocol):
+    """dims: keyed by DimRange.name (or c_name). The result is a position in the kernel's main variants
+    (`KernelImpl.variants[:-1]`); -1 means no variant covers these dims, which the generated call turns
+    into EP_ERR_SHAPE (`choose` raises DimError instead)."""
+
     def choose(self, dims: dict[str, int]) -> int: ...
 
     def emit_c(self, fn_name: str, dims: list[DimRange]) -> str: ...
