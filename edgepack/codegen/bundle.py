@@ -71,8 +71,8 @@ def write_makefile(dst: Path, model: str, board: Board, kernel_obj: str) -> None
 def make(dst: Path, jobs: int = 2) -> None:
     r = subprocess.run(["make", "-s", f"-j{jobs}", "-C", str(dst)], capture_output=True, text=True)
     if r.returncode != 0:
-        tail = (r.stderr.strip() or r.stdout.strip()).splitlines()
-        first_err = next((ln for ln in tail if "error" in ln.lower()), tail[-1] if tail else "make failed")
+        lines = [ln for ln in (r.stderr + r.stdout).splitlines() if "Waiting for unfinished jobs" not in ln]
+        first_err = next((ln for ln in lines if "error" in ln.lower() or "***" in ln), lines[-1] if lines else "make failed")
         raise BuildError(f"compiling the package failed: {first_err.strip()[:300]}")
 
 

@@ -212,16 +212,16 @@ class _Emitter:
         out += ["  DLTensor* T = ctx->t;", "  ep_status_t st;", "  (void)st;", "  EP_PROFILE_DECL();"]
         for t in p.tensors:
             out += self._tensor_setup(t)
-        for i, o in enumerate(p.outputs):
-            if not o.copy:
-                continue  # bound to the caller's buffer in _tensor_setup
         out += self._bind_buffers()
         out.append(f"  ep_workspace_bind(ctx->arena + EP_{M}_TENSOR_BYTES, EP_{M}_WORKSPACE_PER_THREAD, ctx->threads);")
         for n, c in enumerate(p.calls):
             out += self._call(n, c)
         for i, o in enumerate(p.outputs):
-            if o.copy:
-                out.append(f"  memcpy(outputs[{i}].data, T[{o.tensor}].data, {self._bytes_expr(p.tensor(o.tensor))});")
+            t = p.tensor(o.tensor)
+            if t.kind == "shape":
+                out += [f"  ((int64_t*)outputs[{i}].data)[{k}] = {v.c};" for k, v in enumerate(t.values)]
+            elif o.copy:
+                out.append(f"  memcpy(outputs[{i}].data, T[{o.tensor}].data, {self._bytes_expr(t)});")
         out += ["  return EP_OK;", "}", ""]
         return out
 
@@ -256,7 +256,7 @@ class _Emitter:
             lines += [f"  if (!{arr}) {{", f'    ep_msg_set(&ctx->msg, "{arr} is NULL", "", "");', "    return EP_ERR_ARG;", "  }"]
             for i, t in items:
                 lines += [
-                    f"  if (!{arr}[{i}].data || {arr}[{i}].bytes < {self._bytes_expr(t)} || ((uintptr_t){arr}[{i}].data % EP_ALIGN) != 0) {{",
+                    f"  if (!ep_buffer_ok(&{arr}[{i}], {self._bytes_expr(t)})) {{",
                     f'    ep_msg_set(&ctx->msg, "{what} {i} buffer is NULL, shorter than its tensor, or not EP_ALIGN-aligned", "", "");',
                     "    return EP_ERR_ARG;", "  }",
                 ]

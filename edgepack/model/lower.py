@@ -16,6 +16,10 @@ from ..errors import ModelError
 from .plan import ALIGN, Block, DimRange, KernelCall, Output, Plan, SymExpr, Tensor, align_up
 from .symexpr import c_ident, to_sym
 
+# Element types the C runtime moves and the .npy programs read and write.
+SUPPORTED_DTYPES = frozenset({"float16", "float32", "float64", "int8", "int16", "int32", "int64",
+                              "uint8", "uint16", "uint32", "uint64", "bool"})
+
 
 @dataclass
 class Lowered:
@@ -25,14 +29,18 @@ class Lowered:
     kernels: dict[str, tvm.tirx.PrimFunc]
 
 
+def _first_line(e: BaseException) -> str:
+    lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else f"{type(e).__name__} inside TVM, with no message"
+
+
 def import_relax(model: onnx.ModelProto) -> tvm.IRModule:
     from tvm.relax.frontend.onnx import from_onnx  # must be imported explicitly (FACTS.md)
 
     try:
         return from_onnx(model, keep_params_in_input=True)
-    except Exception as e:  # the frontend raises many types; the first line names the node
-        first = (str(e).strip().splitlines() or [type(e).__name__])[-1][:300]
-        raise ModelError(f"TVM's ONNX importer failed: {first}") from None
+    except Exception as e:  # the frontend raises many types; the last line names the problem
+        raise ModelError(f"TVM's ONNX importer failed: {_first_line(e)}") from None
 
 
 def relax_pipeline() -> tvm.transform.Pass:
@@ -52,8 +60,7 @@ def lower(name: str, mod: tvm.IRModule, dims: list[DimRange]) -> Lowered:
         with tvm.transform.PassContext(opt_level=3):
             mod = relax_pipeline()(mod)
     except Exception as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[-1][:300]
-        raise ModelError(f"lowering the model failed: {first}") from None
+        raise ModelError(f"lowering the model failed: {_first_line(e)}") from None
     plan = _PlanWalker(name, mod, dims).walk()
     kernels = {c.kernel: mod[c.kernel] for c in plan.calls}
     return Lowered(plan, kernels)
@@ -79,6 +86,9 @@ class _PlanWalker:
     def _new(self, name: str, ty, kind: str, **kw) -> int:
         if not isinstance(ty, relax.TensorType) or ty.shape is None:
             raise ModelError(f"value '{name}' is not a tensor of known rank; the model needs static ranks")
+        if str(ty.dtype) not in SUPPORTED_DTYPES:
+            raise ModelError(f"tensor '{name}' has dtype {ty.dtype}, which edgepack does not support "
+                             f"(supported: {', '.join(sorted(SUPPORTED_DTYPES))})")
         shape = [self._sym(s) for s in ty.shape.values]
         t = Tensor(len(self.tensors), c_ident(name), str(ty.dtype), shape, kind, **kw)
         self.tensors.append(t)
@@ -104,7 +114,7 @@ class _PlanWalker:
             self.params.append(tid)
             self.param_values.append(a.value.numpy())
             return tid
-        raise ModelError(f"kernel argument of kind {type(a).__name__} is not supported")
+        raise ModelError(f"a value of kind {type(a).__name__} cannot be used here in a static plan")
 
     # -- the walk -------------------------------------------------------------------------------------
     def walk(self) -> Plan:
@@ -133,6 +143,13 @@ class _PlanWalker:
             return
         if isinstance(v, relax.Var):
             self.by_var[b.var] = self._arg(v)
+            return
+        if isinstance(v, relax.ShapeExpr):  # e.g. a model returning Shape(x): values follow from the dims
+            tid = len(self.tensors)
+            values = [self._sym(x) for x in v.values]
+            self.tensors.append(Tensor(tid, c_ident(var), "int64", [SymExpr.const(len(values))], "shape",
+                                       values=values))
+            self.by_var[b.var] = tid
             return
         if isinstance(v, relax.Tuple):
             self.tuples[b.var] = v  # only used for outputs; resolved in _outputs
@@ -169,6 +186,9 @@ class _PlanWalker:
             self.by_var[b.var] = self._new(var, b.var.ty, "view", base=base)
         elif opname in ("relax.memory.kill_tensor", "relax.memory.kill_storage"):
             return
+        elif opname == "relax.tensor_to_shape":
+            raise ModelError("a shape depends on tensor values computed at run time (e.g. Range, Reshape or "
+                             "ConstantOfShape fed by a run-time input); edgepack needs shapes that follow from the dims")
         else:
             raise ModelError(f"operator '{opname}' was left unlowered; it is not supported in a static plan")
 

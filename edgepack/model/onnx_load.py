@@ -95,6 +95,10 @@ def parse_dim_args(args: list[str] | None) -> dict[str, tuple[int, int]]:
 
 
 def resolve_dims(model: onnx.ModelProto, ranges: dict[str, tuple[int, int]]) -> list[DimRange]:
+    for io in graph_inputs(model):
+        if 0 in io.shape:
+            raise DimError(f"input '{io.name}' has a zero-size axis (shape {list(io.shape)}); "
+                           "edgepack compiles tensors with at least one element per axis")
     names = dynamic_dim_names(model)
     missing = [n for n in names if n not in ranges]
     if missing:

@@ -10,21 +10,20 @@ fail, several downsample linear/cubic/antialias cases with silently wrong values
 """
 
 # Partially passing ops kept in the set (conformance run of scripts/conformance.py):
-# BatchNormalization: training_mode=1 running-mean/var outputs (1, 2) differ; output 0 matches in all 4 cases.
-# Cast: fails only for bfloat16/float8/float4/4-bit/2-bit/string types; every common-dtype cast passes.
-# ConstantOfShape: fails only with a run-time shape input (data-dependent shape); exports feed it Shape(x), folded at build.
+# BatchNormalization: training_mode running-mean/var outputs are refused at build; output 0 matches in all 4 cases.
+# Cast: fails only for bfloat16/float8/float4/4-bit/2-bit/string types (refused at build); common dtypes pass.
+# ConstantOfShape: fails only with a run-time shape input (data-dependent shape); exports' Shape(x) input is folded.
 # DequantizeLinear: fails for float8/4-bit/2-bit/float4 inputs and blocked (block_size) quantization, rejected at build.
-# Dropout: inference only; training_mode=1 (random) and the optional mask output (float32, not bool) fail.
+# Dropout: inference only; training_mode=1 (random values) fails, the optional mask output is refused at build.
 # Einsum: fails only for bfloat16.
 # Equal: fails only for strings.
 # Identity: fails only for sequence/optional values (Identity nodes are removed at build anyway).
-# LayerNormalization: optional Mean/InvStdDev outputs come back as scalars; output 0 matches in all 19 cases.
-# MaxPool: the optional Indices output (with_argmax cases) is rejected at build by TVM's importer.
+# LayerNormalization: every test asks for Mean/InvStdDev, refused at build; output 0 alone matches in all 19.
+# MaxPool: the optional Indices output (2 with_argmax cases) is refused at build; output 0 alone matches.
 # Pow: float^float only; integer and mixed float/int exponents are rejected at build by TVM (ModelError).
 # Range: fails with run-time start/limit/delta (data-dependent shape); exports' Range is rewritten at build.
 # ReduceL2, ReduceMax, ReduceMin, ReduceProd, ReduceSum: fail on zero-size (empty_set) inputs; ReduceMax/Min on bool.
 # Reshape: fails only for a zero-size input with allowzero=1.
-# Shape: fails only when its result is itself a graph output (ShapeExpr output); inside graphs it is folded.
 # Split: fails only for zero-size splits.
 SUPPORTED_OPS: frozenset[str] = frozenset(
     """

@@ -58,7 +58,7 @@ class Tensor:
     """A tensor of the call sequence.
 
     kind: input (user buffer), output (user buffer), param (weights blob), arena (planned block),
-    view (a reshape of `base`, same bytes).
+    view (a reshape of `base`, same bytes), shape (int64 values known from the dims: `values`).
     """
 
     id: int
@@ -69,6 +69,7 @@ class Tensor:
     block: int | None = None  # arena block index, for kind == "arena"
     base: int | None = None  # the tensor a view aliases
     index: int | None = None  # position among inputs / outputs / params
+    values: list[SymExpr] | None = None  # kind == "shape": the value of each element
 
     @property
     def itemsize(self) -> int:

@@ -115,6 +115,11 @@ ep_status_t ep_pool_start(int num_threads);
 int ep_pool_threads(void);
 void ep_pool_stop(void);
 
+/* A caller's buffer is usable for a tensor of `need` bytes: non-NULL, long enough, EP_ALIGN-aligned. */
+static inline int ep_buffer_ok(const ep_buffer_t* b, size_t need) {
+  return b->data != NULL && b->bytes >= need && ((uintptr_t)b->data % EP_ALIGN) == 0;
+}
+
 static inline int64_t ep_max_i64(int64_t a, int64_t b) { return a > b ? a : b; }
 static inline int64_t ep_min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
 
