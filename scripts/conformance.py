@@ -57,24 +57,23 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
 import dataclasses
-import importlib.util
+import functools
 import json
-import multiprocessing as mp
 import os
-import platform
 import re
 import shutil
 import sys
 import tempfile
 import threading
 import time
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+
+import nodetests  # scripts/nodetests.py: case collection, comparison, worker process (shared with op_shortlist.py)
+from nodetests import TOL_DEFAULT, const_args_model, first_line, to_numpy
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -85,23 +84,13 @@ SHORTLIST_JSON = HERE / "op_shortlist.json"
 if str(ROOT) not in sys.path:  # run as `python scripts/conformance.py` from anywhere
     sys.path.insert(0, str(ROOT))
 
+# (TOL_DEFAULT, for float8 and other exotic floats, is nodetests'.)
 TOL = {"float32": (1e-4, 1e-4), "float64": (1e-4, 1e-4), "float16": (1e-3, 1e-3), "bfloat16": (1e-2, 1e-2)}
-TOL_DEFAULT = (1e-2, 1e-2)  # float8 and other exotic floats
+# Every numpy dtype kind but float and complex is compared exactly, ml_dtypes' bfloat16/float8/4-bit
+# types (kind "V") included; op_shortlist.py compares those within tolerance.
+EXACT_KINDS = "biumMOSUV"
 COMMON_DTYPES = {"FLOAT", "DOUBLE", "INT64", "INT32", "INT8", "UINT8", "BOOL"}
 WERROR = re.compile(r"\[-Werror=([\w-]+)\]")
-
-
-def _load_shortlist():
-    """scripts/op_shortlist.py (case collection and helpers shared with the Relax VM survey)."""
-    spec = importlib.util.spec_from_file_location("op_shortlist", HERE / "op_shortlist.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-shortlist = _load_shortlist()
-_to_numpy = shortlist._to_numpy
-_first_line = shortlist._first_line
 
 
 def supported_ops() -> list[str]:
@@ -113,8 +102,8 @@ def supported_ops() -> list[str]:
 # ----------------------------------------------------------------------------- collecting cases
 
 def collect_cases(ops: list[str], expanded: bool = True) -> list[dict]:
-    """Picklable jobs, one per test case, in ONNX's collection order (see op_shortlist.collect_cases)."""
-    jobs = shortlist.collect_cases(ops, expanded)
+    """Picklable jobs, one per test case, in ONNX's collection order (see nodetests.collect_cases)."""
+    jobs = nodetests.collect_cases(ops, expanded)
     for j in jobs:
         j["common"] = all(d in COMMON_DTYPES for d in j["meta"]["dtypes"])
     return jobs
@@ -148,25 +137,6 @@ def sample_cases(jobs: list[dict], vm: dict[str, dict] | None = None) -> list[di
 
 
 # ----------------------------------------------------------------------------- one case (in a worker)
-
-def _compare(got: np.ndarray, want: np.ndarray) -> tuple[bool, str]:
-    if got.shape != want.shape:
-        return False, f"shape {list(got.shape)} != expected {list(want.shape)}"
-    if got.dtype != want.dtype:
-        return False, f"dtype {got.dtype} != expected {want.dtype}"
-    if want.dtype.kind not in "fc":
-        ok = np.array_equal(got, want)
-        return ok, "" if ok else f"{int(np.count_nonzero(got != want))} of {want.size} elements differ"
-    rtol, atol = TOL.get(str(want.dtype), TOL_DEFAULT)
-    g64, w64 = got.astype(np.float64), want.astype(np.float64)
-    if np.allclose(g64, w64, rtol=rtol, atol=atol, equal_nan=True):
-        return True, ""
-    finite = np.isfinite(g64) & np.isfinite(w64)
-    err = float(np.max(np.abs(g64 - w64)[finite])) if finite.any() else float("nan")
-    bad_nonfinite = int(np.count_nonzero(~finite & ~((g64 == w64) | (np.isnan(g64) & np.isnan(w64)))))
-    why = f"max |diff| {err:.3g} > tol (rtol={rtol}, atol={atol})"
-    return False, why + (f", {bad_nonfinite} inf/nan mismatches" if bad_nonfinite else "")
-
 
 def _dim_ranges(model, arrays: list[np.ndarray]) -> dict[str, tuple[int, int]]:
     """[v, v] for each dim_param of a graph input, v taken from the test data."""
@@ -215,11 +185,11 @@ def run_case(job: dict, mode: str, tmp_root: str, strict: bool = False, run_time
         inputs = job["inputs"]
         want = job["outputs"]
         if mode in ("const_args", "first_output") and len(inputs) > 1:
-            model, inputs = shortlist._const_args_model(model, inputs)
+            model, inputs = const_args_model(model, inputs)
         if mode == "first_output":
             model, want = _first_output_model(model), want[:1]
-        arrays = [np.require(_to_numpy(a), requirements="C") for a in inputs]  # keeps 0-d arrays 0-d
-        want = [_to_numpy(a) for a in want]
+        arrays = [np.require(to_numpy(a), requirements="C") for a in inputs]  # keeps 0-d arrays 0-d
+        want = [to_numpy(a) for a in want]
         path = tmp / "model.onnx"
         onnx.save(model, str(path))
         dims = _dim_ranges(model, arrays)
@@ -244,7 +214,8 @@ def run_case(job: dict, mode: str, tmp_root: str, strict: bool = False, run_time
             raise AssertionError(f"{len(got)} outputs, expected {len(want)}")
         reasons = []
         for i, (g, w) in enumerate(zip(got, want)):
-            ok, why = _compare(g, w)
+            ok, why, _ = nodetests.compare(g, w, TOL, exact_kinds=EXACT_KINDS, note_equal_values=False,
+                                           err_without_finite=float("nan"))
             if i == 0:  # optional extra outputs (Mean/InvStdDev, Indices, mask) rarely matter at inference
                 res["first_output_match"] = ok
             if not ok:
@@ -254,7 +225,7 @@ def run_case(job: dict, mode: str, tmp_root: str, strict: bool = False, run_time
         else:
             res["match"], res["stage"] = True, "done"
     except Exception as exc:  # noqa: BLE001 - every failure is data here
-        res["error"] = _first_line(exc)
+        res["error"] = first_line(exc)
         # Errors a user can act on are EdgepackError; anything else leaking out of edgepack is a bug.
         res["edgepack_error"] = isinstance(exc, EdgepackError)
     finally:
@@ -263,91 +234,19 @@ def run_case(job: dict, mode: str, tmp_root: str, strict: bool = False, run_time
     return res
 
 
-def _worker(conn, log_path: str | None, tmp_root: str, strict: bool, extra_ops: tuple[str, ...]) -> None:
-    os.environ.setdefault("TVM_NUM_THREADS", "1")
-    if log_path:  # TVM's C++ logging writes straight to fd 2
-        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        os.close(fd)
+def _setup_worker(tmp_root: str, strict: bool, extra_ops: tuple[str, ...]):
+    """In the worker (nodetests.Runner): import edgepack once; returns the per-case function."""
     sys.path.insert(0, str(ROOT))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import edgepack.pipeline  # noqa: F401 - pay the TVM import once, before "ready"
-        from edgepack.model import onnx_load
+    import edgepack.pipeline  # noqa: F401 - pay the TVM import once, before "ready"
+    from edgepack.model import onnx_load
 
-        if extra_ops:  # candidates outside SUPPORTED_OPS: check_ops would reject them before compiling
-            onnx_load.SUPPORTED_OPS = frozenset(onnx_load.SUPPORTED_OPS | set(extra_ops))
-
-        conn.send("ready")
-        while True:
-            msg = conn.recv()
-            if msg is None:
-                return
-            job, mode = msg
-            conn.send(run_case(job, mode, tmp_root, strict))
+    if extra_ops:  # candidates outside SUPPORTED_OPS: check_ops would reject them before compiling
+        onnx_load.SUPPORTED_OPS = frozenset(onnx_load.SUPPORTED_OPS | set(extra_ops))
+    return functools.partial(run_case, tmp_root=tmp_root, strict=strict)
 
 
-class Runner:
-    """One worker process, restarted after a crash or a timeout."""
-
-    def __init__(self, timeout: float, log_path: str | None, tmp_root: str, strict: bool,
-                 extra_ops: tuple[str, ...] = ()):
-        self.timeout, self.log_path, self.tmp_root, self.strict = timeout, log_path, tmp_root, strict
-        self.extra_ops = tuple(extra_ops)
-        self.ctx = mp.get_context("spawn")
-        self.proc = None
-        self.conn = None
-        self.restarts = 0
-
-    def _start(self):
-        parent, child = self.ctx.Pipe()
-        proc = self.ctx.Process(target=_worker, args=(child, self.log_path, self.tmp_root, self.strict, self.extra_ops),
-                                daemon=True)
-        proc.start()  # spawn: this module must be importable by name (tests put scripts/ on sys.path)
-        self.proc = proc
-        child.close()
-        self.conn = parent
-        try:
-            ok = self.conn.poll(300) and self.conn.recv() == "ready"
-        except EOFError:
-            ok = False
-        if not ok:
-            self._stop(kill=True)
-            raise RuntimeError(f"edgepack worker did not start (see {self.log_path})")
-
-    def _stop(self, kill: bool):
-        if self.proc is None:
-            return
-        if kill:
-            self.proc.kill()  # only ever the worker this Runner started
-        else:
-            with contextlib.suppress(Exception):
-                self.conn.send(None)
-        self.proc.join(10)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join()
-        self.proc = None
-
-    def run(self, job: dict, mode: str) -> dict:
-        if self.proc is None or not self.proc.is_alive():
-            self._start()
-        self.conn.send((job, mode))
-        try:
-            if self.conn.poll(self.timeout):
-                return self.conn.recv()
-            reason = f"timeout after {self.timeout:g} s"
-        except EOFError:
-            self.proc.join(5)
-            code = self.proc.exitcode
-            reason = f"worker crashed (exit code {code}" + (f", signal {-code})" if code and code < 0 else ")")
-        self._stop(kill=True)
-        self.restarts += 1
-        return {"mode": mode, "match": False, "stage": "crash", "error": reason, "werror": None}
-
-    def close(self):
-        self._stop(kill=False)
+# What nodetests.Runner returns for a case whose worker crashed or timed out (mode and error filled in).
+CRASH_RESULT = {"mode": None, "match": False, "stage": "crash", "error": None, "werror": None}
 
 
 def run_cases(jobs: list[dict], jobs_n: int = 1, timeout: float = 300, const_retry: bool = True,
@@ -362,13 +261,14 @@ def run_cases(jobs: list[dict], jobs_n: int = 1, timeout: float = 300, const_ret
     tmp_root = tempfile.mkdtemp(prefix="edgepack-conformance-")
     log_path = log_path or os.path.join(tmp_root, "worker.log")
     local = threading.local()
-    runners: list[Runner] = []
+    runners: list[nodetests.Runner] = []
     lock = threading.Lock()
     done = [0]
 
     def one(job: dict) -> dict:
         if not hasattr(local, "runner"):
-            local.runner = Runner(timeout, log_path, tmp_root, strict, extra_ops)
+            local.runner = nodetests.Runner(_setup_worker, (tmp_root, strict, tuple(extra_ops)), timeout, log_path,
+                                            what="edgepack worker", crash_fields=CRASH_RESULT)
             with lock:
                 runners.append(local.runner)
         as_is = local.runner.run(job, "as_is")
@@ -535,15 +435,6 @@ def markdown(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _dump(report: dict) -> str:
-    """Indented JSON, except one compact line per case."""
-    cases = report.pop("cases")
-    text = json.dumps(report, indent=1, default=str)
-    lines = ",\n".join("  " + json.dumps(c, default=str, separators=(",", ":")) for c in cases)
-    report["cases"] = cases
-    return text[:-2] + ',\n "cases": [\n' + lines + "\n ]\n}\n"
-
-
 # ----------------------------------------------------------------------------- main
 
 def main(argv=None) -> int:
@@ -592,18 +483,14 @@ def main(argv=None) -> int:
     for r in rows:
         r["vm_match"] = vm.get(r["name"], {}).get("match")
 
-    from importlib.metadata import version
-
     report = {
         "generated_by": " ".join(["scripts/conformance.py", *(argv if argv is not None else sys.argv[1:])]),
-        "versions": {"apache-tvm": version("apache-tvm"), "onnx": version("onnx"), "numpy": np.__version__,
-                     "python": platform.python_version()},
+        "versions": nodetests.versions(),
         "board": "host",
         "tolerances": {"float": TOL, "other_float": TOL_DEFAULT, "int_bool": "exact"},
         "common_dtypes": sorted(COMMON_DTYPES),
         "modes": {
-            "as_is": "all test inputs are graph inputs (the ONNX test as written)",
-            "const_args": "retry of a failed case: every input but the first is an initializer",
+            **nodetests.MODES,
             "first_output": "last attempt for a failed multi-output single-node case: outputs after the first "
                             "dropped (constant args when several inputs); counted apart, not as passed",
         },
@@ -619,11 +506,7 @@ def main(argv=None) -> int:
     print()
     print(md)
     t = summary["totals"]
-    by_verdict = collections.defaultdict(list)
-    for op, c in summary["ops"].items():
-        by_verdict[c["verdict"]].append(op)
-    for v in ("pass", "pass_common_dtypes", "partial", "fail"):
-        print(f"{v} ({len(by_verdict[v])}): {' '.join(by_verdict[v])}")
+    nodetests.print_verdicts(summary["ops"], ("pass", "pass_common_dtypes", "partial", "fail"))
     print(f"\nnative cases {t['cases']}: as written {t['passed_as_written']}, with const args "
           f"{t['passed_with_const_args']}, failed {t['failed']} (output 0 only ok: "
           f"{t['passed_first_output_only']}); common dtypes {t['common_dtype_passed']}/"
@@ -641,7 +524,7 @@ def main(argv=None) -> int:
 def write_report(report: dict, out: Path) -> None:
     """The JSON at `out` and the Markdown table beside it (same stem, .md)."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(_dump(report))
+    out.write_text(nodetests.dump_report(report))
     n_werror = len({c for w in report["werror_warnings"] for c in w["cases"]})
     head = (
         "# edgepack conformance: ONNX backend node tests\n\n"

@@ -39,19 +39,18 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
-import json
-import multiprocessing as mp
+import functools
 import os
-import platform
 import re
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
+
+import nodetests  # scripts/nodetests.py: case collection, comparison, worker process (shared with conformance.py)
+from nodetests import TOL_DEFAULT, collect_cases, const_args_model, first_line, to_numpy
 
 CANDIDATES = """
 Abs Add And ArgMax AveragePool BatchNormalization Cast Ceil Clip Concat Constant ConstantOfShape Conv
@@ -67,153 +66,11 @@ HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "op_shortlist.json"
 
 # Comparison tolerances by expected dtype kind; ints and bools must be exact.
+# (TOL_DEFAULT, for float8 and other exotic floats, is nodetests'.)
 TOL = {"float64": (1e-5, 1e-5), "float32": (1e-4, 1e-4), "float16": (1e-3, 1e-3), "bfloat16": (1e-2, 1e-2)}
-TOL_DEFAULT = (1e-2, 1e-2)  # float8 and other exotic floats
-SIMPLE_ELEM_TYPES = {1, 7, 9}  # TensorProto.FLOAT, INT64, BOOL
-# float8 / 4-bit / 2-bit / string / complex: outside anything edgepack targets.
-EXOTIC_TYPE_NAME = re.compile(r"FLOAT8|FLOAT4|INT4|INT2|STRING|COMPLEX|^non-tensor")
-
-
-# ----------------------------------------------------------------------------- collecting cases
-
-def _first_line(exc: BaseException) -> str:
-    """Exception type plus the first meaningful line of its message (TVM messages carry tracebacks)."""
-    msg = str(exc)
-    lines = [ln.strip() for ln in msg.splitlines() if ln.strip()]
-    lines = [ln for ln in lines if not ln.startswith(("Traceback", "File \"", "at ", "File "))] or lines
-    first = lines[0] if lines else ""
-    first = re.sub(r"0x[0-9a-f]{6,}", "0x…", first)
-    return f"{type(exc).__name__}: {first}"[:300]
-
-
-def _to_numpy(a):
-    """Test data arrives as ndarray, numpy scalar, TensorProto (exotic dtypes), list (sequence) or None."""
-    import onnx
-    from onnx import numpy_helper
-
-    if isinstance(a, onnx.TensorProto):
-        return numpy_helper.to_array(a)
-    if isinstance(a, np.ndarray):
-        return a
-    if isinstance(a, np.generic):
-        return np.asarray(a)
-    raise TypeError(f"unsupported test value kind {type(a).__name__} (sequence/optional)")
-
-
-def _case_meta(model) -> dict:
-    """dtypes and static-ness of every tensor the graph touches (inputs, outputs, inferred intermediates)."""
-    import onnx
-
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
-    except Exception:  # noqa: BLE001 - fall back to the declared types
-        inferred = model
-    g = inferred.graph
-    elem_types, static = set(), True
-    for vi in list(g.input) + list(g.output) + list(g.value_info):
-        t = vi.type
-        if t.WhichOneof("value") != "tensor_type":
-            static = False
-            elem_types.add(f"non-tensor:{t.WhichOneof('value')}")
-            continue
-        elem_types.add(t.tensor_type.elem_type)
-        if not t.tensor_type.HasField("shape") or any(
-            not d.HasField("dim_value") for d in t.tensor_type.shape.dim
-        ):
-            static = False
-    for init in g.initializer:
-        elem_types.add(init.data_type)
-    # Outputs without an inferred type (data-dependent ops) also make the case non-static.
-    typed = {vi.name for vi in list(g.input) + list(g.output) + list(g.value_info)} | {i.name for i in g.initializer}
-    for node in g.node:
-        if any(o and o not in typed for o in node.output):
-            static = False
-    names = sorted(
-        onnx.TensorProto.DataType.Name(e) if isinstance(e, int) else e for e in elem_types
-    )
-    simple_types = all(isinstance(e, int) and e in SIMPLE_ELEM_TYPES for e in elem_types)
-    exotic = any(EXOTIC_TYPE_NAME.search(n) for n in names)
-    return {"dtypes": names, "static": static, "simple": simple_types and static, "exotic": exotic}
-
-
-def collect_cases(ops: list[str], expanded: bool) -> list[dict]:
-    """Regenerate ONNX's node tests and keep the candidates; each job is picklable for a worker."""
-    from onnx.backend.test.case.node import collect_testcases
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the generators overflow casts on purpose
-        cases = collect_testcases()
-    base_op = {
-        t.name: t.model.graph.node[0].op_type for t in cases if "_expanded" not in t.name and t.model is not None
-    }
-    wanted = set(ops)
-    jobs = []
-    for t in cases:
-        if t.model is None or t.kind != "node":
-            continue
-        is_exp = "_expanded" in t.name
-        op = base_op.get(re.sub(r"_expanded.*$", "", t.name)) if is_exp else t.model.graph.node[0].op_type
-        if op not in wanted or (is_exp and not expanded):
-            continue
-        (inputs, outputs), = t.data_sets  # node tests have exactly one data set
-        opset = max((o.version for o in t.model.opset_import if o.domain in ("", "ai.onnx")), default=None)
-        jobs.append({
-            "name": t.name,
-            "op": op,
-            "expanded": is_exp,
-            "opset": opset,
-            "model": t.model.SerializeToString(),
-            "inputs": list(inputs),
-            "outputs": list(outputs),
-            "meta": _case_meta(t.model),
-            "case_tol": [t.rtol, t.atol],
-        })
-    return jobs
 
 
 # ----------------------------------------------------------------------------- running one case (worker)
-
-def _const_args_model(model, inputs):
-    """Every graph input but the first becomes an initializer holding the test's value."""
-    from onnx import numpy_helper
-
-    m = type(model)()
-    m.CopyFrom(model)
-    g = m.graph
-    keep = list(g.input[:1])
-    for vi, val in zip(list(g.input[1:]), inputs[1:]):
-        g.initializer.append(numpy_helper.from_array(_to_numpy(val), vi.name))
-    del g.input[:]
-    g.input.extend(keep)
-    return m, inputs[:1]
-
-
-def _compare(got: np.ndarray, want: np.ndarray) -> tuple[bool, str, float]:
-    if got.shape != want.shape:
-        return False, f"shape {list(got.shape)} != expected {list(want.shape)}", float("nan")
-    if got.dtype != want.dtype:
-        # A C runtime hands out buffers of the declared dtype: a different dtype is a real mismatch.
-        same_vals = np.array_equal(got.astype(np.float64), want.astype(np.float64), equal_nan=True) \
-            if got.dtype.kind in "biuf" and want.dtype.kind in "biuf" else False
-        return False, f"dtype {got.dtype} != expected {want.dtype}" + (" (values equal)" if same_vals else ""), float("nan")
-    if want.dtype.kind in "biuOUS" or want.dtype == np.bool_:
-        ok = np.array_equal(got, want)
-        if ok:
-            return True, "", 0.0
-        return False, f"{int(np.count_nonzero(got != want))} of {want.size} elements differ", float("nan")
-    rtol, atol = TOL.get(str(want.dtype), TOL_DEFAULT)
-    g64, w64 = got.astype(np.float64), want.astype(np.float64)
-    finite = np.isfinite(w64) & np.isfinite(g64)
-    err = float(np.max(np.abs(g64 - w64)[finite])) if finite.any() else 0.0
-    ok = bool(np.allclose(g64, w64, rtol=rtol, atol=atol, equal_nan=True))
-    if ok:
-        return True, "", err
-    nonfinite = int(np.count_nonzero(~finite & ~((g64 == w64) | (np.isnan(g64) & np.isnan(w64)))))
-    why = f"max |diff| {err:.3g} > tol (rtol={rtol}, atol={atol})"
-    if nonfinite:
-        why += f", {nonfinite} inf/nan mismatches"
-    return False, why, err
-
 
 def run_case(job: dict, mode: str, tvm_mods) -> dict:
     """Import, compile, run and compare one case. Returns a dict with the stage reached."""
@@ -228,9 +85,9 @@ def run_case(job: dict, mode: str, tvm_mods) -> dict:
         model = onnx.load_from_string(job["model"])
         inputs = job["inputs"]
         if mode == "const_args":
-            model, inputs = _const_args_model(model, inputs)
-        in_arrays = [_to_numpy(a) for a in inputs]
-        want = [_to_numpy(a) for a in job["outputs"]]
+            model, inputs = const_args_model(model, inputs)
+        in_arrays = [to_numpy(a) for a in inputs]
+        want = [to_numpy(a) for a in job["outputs"]]
 
         res["stage"] = "import"
         mod = from_onnx(model)
@@ -268,7 +125,7 @@ def run_case(job: dict, mode: str, tvm_mods) -> dict:
             raise AssertionError(f"{len(got)} outputs, expected {len(want)}")
         worst, reasons = 0.0, []
         for i, (g, w) in enumerate(zip(got, want)):
-            ok, why, err = _compare(g, w)
+            ok, why, err = nodetests.compare(g, w, TOL)
             if i == 0:
                 # Optional extra outputs (LayerNormalization's Mean/InvStdDev, BatchNormalization's
                 # training statistics) rarely matter for inference: record the first output apart.
@@ -284,96 +141,24 @@ def run_case(job: dict, mode: str, tvm_mods) -> dict:
             res["match"] = True
             res["stage"] = "done"
     except Exception as exc:  # noqa: BLE001 - every failure is data here
-        res["error"] = _first_line(exc)
+        res["error"] = first_line(exc)
     res["seconds"] = round(time.perf_counter() - t0, 3)
     return res
 
 
-def _worker(conn, log_path: str | None) -> None:
-    # One process runs the cases; keep its runtime thread pool small (the machine is shared).
-    os.environ.setdefault("TVM_NUM_THREADS", "1")
-    # TVM's C++ logging writes straight to fd 2 ("BlockBuilder destroyed with remaining blocks!"):
-    # send the worker's fds 1 and 2 to a log file so the table stays readable.
-    if log_path:
-        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        os.close(fd)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import tvm
-        from tvm import relax
-        from tvm.relax.frontend.onnx import from_onnx
-        from tvm.target import Target
+def _setup_worker():
+    """In the worker (nodetests.Runner): import TVM once; returns the per-case function."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.onnx import from_onnx
+    from tvm.target import Target
 
-        mods = (tvm, relax, from_onnx, Target({"kind": "llvm"}))
-        conn.send("ready")
-        while True:
-            msg = conn.recv()
-            if msg is None:
-                return
-            job, mode = msg
-            conn.send(run_case(job, mode, mods))
+    return functools.partial(run_case, tvm_mods=(tvm, relax, from_onnx, Target({"kind": "llvm"})))
 
 
-class Runner:
-    """A single worker process, restarted after a crash or a timeout."""
-
-    def __init__(self, timeout: float, log_path: str | None):
-        self.timeout = timeout
-        self.log_path = log_path
-        self.ctx = mp.get_context("spawn")
-        self.proc = None
-        self.conn = None
-        self.restarts = 0
-
-    def _start(self):
-        parent, child = self.ctx.Pipe()
-        self.proc = self.ctx.Process(target=_worker, args=(child, self.log_path), daemon=True)
-        self.proc.start()
-        child.close()
-        self.conn = parent
-        try:
-            ok = self.conn.poll(300) and self.conn.recv() == "ready"
-        except EOFError:
-            ok = False
-        if not ok:
-            self._stop(kill=True)
-            raise RuntimeError(f"TVM worker did not start (see {self.log_path})")
-
-    def _stop(self, kill: bool):
-        if self.proc is None:
-            return
-        if kill:
-            self.proc.kill()  # only ever the worker this Runner started
-        else:
-            with contextlib.suppress(Exception):
-                self.conn.send(None)
-        self.proc.join(10)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join()
-        self.proc = None
-
-    def run(self, job: dict, mode: str) -> dict:
-        if self.proc is None or not self.proc.is_alive():
-            self._start()
-        self.conn.send((job, mode))
-        try:
-            if self.conn.poll(self.timeout):
-                return self.conn.recv()
-            reason = f"timeout after {self.timeout:g} s"
-        except EOFError:
-            self.proc.join(5)
-            code = self.proc.exitcode
-            reason = f"worker crashed (exit code {code}" + (f", signal {-code})" if code and code < 0 else ")")
-        self._stop(kill=True)
-        self.restarts += 1
-        return {"mode": mode, "import_ok": False, "run_ok": False, "match": False, "first_output_match": False,
-                "stage": "crash", "error": reason}
-
-    def close(self):
-        self._stop(kill=False)
+# What nodetests.Runner returns for a case whose worker crashed or timed out (mode and error filled in).
+CRASH_RESULT = {"mode": None, "import_ok": False, "run_ok": False, "match": False, "first_output_match": False,
+                "stage": "crash", "error": None}
 
 
 # ----------------------------------------------------------------------------- summarising
@@ -465,15 +250,6 @@ def print_table(ops: dict) -> None:
 
 # ----------------------------------------------------------------------------- main
 
-def _dump(report: dict) -> str:
-    """Indented JSON, except one compact line per case (smaller and diff-friendly)."""
-    cases = report.pop("cases")
-    text = json.dumps(report, indent=1, default=str)
-    lines = ",\n".join("  " + json.dumps(c, default=str, separators=(",", ":")) for c in cases)
-    report["cases"] = cases
-    return text[:-2] + ',\n "cases": [\n' + lines + "\n ]\n}\n"
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ops", help="comma-separated subset of the candidate ops")
@@ -499,7 +275,8 @@ def main(argv=None) -> int:
     print(f"{len(jobs)} cases for {len({j['op'] for j in jobs})} ops (collected in {t_collect:.1f} s)", flush=True)
 
     log_path = args.worker_log or os.path.join(tempfile.gettempdir(), f"op_shortlist.worker.{os.getpid()}.log")
-    runner = Runner(args.timeout, log_path)
+    runner = nodetests.Runner(_setup_worker, (), args.timeout, log_path, what="TVM worker",
+                              crash_fields=CRASH_RESULT)
     results = []
     try:
         for i, job in enumerate(jobs, 1):
@@ -522,18 +299,12 @@ def main(argv=None) -> int:
 
     ops_summary = summarise(results)
     elapsed = time.perf_counter() - t_start
-    from importlib.metadata import version  # the parent never imports TVM itself
-
     report = {
         "generated_by": "scripts/op_shortlist.py",
-        "versions": {"apache-tvm": version("apache-tvm"), "onnx": version("onnx"), "numpy": np.__version__,
-                     "python": platform.python_version()},
+        "versions": nodetests.versions(),  # the parent never imports TVM itself
         "target": {"kind": "llvm"},
         "tolerances": {"float": TOL, "other_float": TOL_DEFAULT, "int_bool": "exact"},
-        "modes": {
-            "as_is": "all test inputs are graph inputs (the ONNX test as written)",
-            "const_args": "retry of a failed case: every input but the first is an initializer",
-        },
+        "modes": nodetests.MODES,
         "simple_definition": "only FLOAT/INT64/BOOL tensors and every shape (incl. inferred intermediates) static",
         "runtime_seconds": round(elapsed, 1),
         "worker_restarts": runner.restarts,
@@ -543,17 +314,13 @@ def main(argv=None) -> int:
     }
     for r in report["cases"]:  # "best" is one of the two results above: name it, do not repeat it
         r["best"] = r["best"]["mode"]
-    args.out.write_text(_dump(report))
+    args.out.write_text(nodetests.dump_report(report))
 
     print()
     print_table(ops_summary)
     native = {op: e["native"] for op, e in ops_summary.items() if "native" in e}
-    by_verdict = collections.defaultdict(list)
-    for op, c in native.items():
-        by_verdict[c["verdict"]].append(op)
     print()
-    for v in ("pass", "pass_with_const_args", "pass_first_output_only", "partial", "fail"):
-        print(f"{v} ({len(by_verdict[v])}): {' '.join(by_verdict[v])}")
+    nodetests.print_verdicts(native, ("pass", "pass_with_const_args", "pass_first_output_only", "partial", "fail"))
     t = report["totals"]
     if t:
         print(f"\nnative cases: {t['cases']}, import ok {t['import_ok']}, run ok {t['run_ok']}, match {t['match']}, "
