@@ -1,2 +1,3 @@
-"""Shape-generic tuning (DietCode, /work/shared/design/DIETCODE.md): the measurement database, the
-kernel-set cover and the C shape dispatcher."""
+"""Shape-generic tuning (DIETCODE.md): the tuning database (db.py), on-device measurement through TVM RPC
+(rpc.py), greedy weighted set cover of kernels over sampled shapes (cover.py) and the table + decision-tree
+shape dispatcher emitted as C (dispatch_tree.py)."""
