@@ -12,7 +12,7 @@ from tvm import s_tir, tirx
 class DenseTiles:
     rows: int  # tile on the dynamic row axis (M)
     cols: int  # tile on N; divides N, vectorized
-    unroll_k: int = 1  # split of K for unrolling (1 = none)
+    unroll_k: int = 1  # inner split of K, unrolled (1 = none); ignored unless it divides K
 
     def with_rows(self, rows: int) -> DenseTiles:
         return replace(self, rows=rows)
@@ -50,13 +50,21 @@ def schedule_dense(func: tirx.PrimFunc, block: str, tiles: DenseTiles, parallel:
     outer = [lp for i, lp in enumerate(loops[:-1]) if i not in (row, col)]
     io, ii = sch.split(loops[row], [None, tiles.rows])
     jo, ji = sch.split(loops[col], [None, tiles.cols])
-    k = loops[-1]
-    sch.reorder(*outer, io, jo, k, ii, ji)
+    k = ko = loops[-1]
+    k_extent = iters[-1].dom.extent
+    if tiles.unroll_k > 1 and isinstance(k_extent, tirx.IntImm) and int(k_extent) % tiles.unroll_k == 0:
+        ko, ki = sch.split(k, [None, tiles.unroll_k])
+        sch.reorder(*outer, io, jo, ko, ki, ii, ji)
+        sch.unroll(ki)
+    else:
+        sch.reorder(*outer, io, jo, k, ii, ji)
+    if tiles.rows > 1:
+        sch.unroll(ii)  # rows x cols accumulators stay in vector registers
     _fuse_epilogue(sch, blk, jo)
     sch.vectorize(ji)
     if parallel:
         sch.parallel(sch.fuse(*outer, io) if outer else io)
-    sch.decompose_reduction(blk, k)
+    sch.decompose_reduction(blk, ko)
     return sch.mod["main"]
 
 

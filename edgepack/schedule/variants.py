@@ -60,14 +60,14 @@ class Schedules:
 
 def make_variants(name: str, func: tirx.PrimFunc, sched: Schedules) -> KernelImpl:
     split = find_row_split(func)
-    block = _matmul_block(func)
+    block = matmul_block(func)
     tiles = None
     if split is not None and block is not None:
         tiles = sched.dense.get(name) or DenseTiles.default(func, block, sched.vector_lanes)
     if tiles is None or not _aligned(split, func, tiles.rows):
         generic = schedule_matmul_rowwise(func, block) if block else generic_schedule(func, sched.target)
         return KernelImpl(name, None, [Variant(name, 0, generic)])
-    main = _specialize_rows(func, split, tiles.rows)
+    main = specialize_rows(func, split, tiles.rows)
     main_f = schedule_dense(main, block, tiles, parallel=sched.cores > 1)
     edge_f = schedule_dense(func, block, tiles.with_rows(1), parallel=sched.cores > 1)
     return KernelImpl(name, split, [Variant(f"{name}_t{tiles.rows}", tiles.rows, main_f, True),
@@ -125,7 +125,7 @@ def _aligned(split: RowSplit, func: tirx.PrimFunc, tile: int) -> bool:
     return True
 
 
-def _matmul_block(func: tirx.PrimFunc) -> str | None:
+def matmul_block(func: tirx.PrimFunc) -> str | None:
     """Name of the one reduction block shaped like C[.., i, j] += A[.., i, k] * B[.., k, j] (any layout)."""
     found = [b.name_hint for b in _blocks(func) if any(iv.iter_type == 2 for iv in b.iter_vars)]
     if len(found) == 1 and "matmul" in found[0]:
@@ -178,7 +178,7 @@ def _blocks(func: tirx.PrimFunc) -> list:
         return []
 
 
-def _specialize_rows(func: tirx.PrimFunc, split: RowSplit, tile: int) -> tirx.PrimFunc:
+def specialize_rows(func: tirx.PrimFunc, split: RowSplit, tile: int) -> tirx.PrimFunc:
     """rows := mt * tile, with mt a new trailing int64 parameter."""
     mt = tirx.Var("mt", "int64")
     for p, ax in zip(func.params, split.axes):

@@ -1,0 +1,93 @@
+"""The micro-kernel search space for dense/matmul tasks with a dynamic row count (DIETCODE.md section 1)
+and the analytic adaptation of a micro-kernel to a shape (section 2).
+
+Tile sizes come from the board, never from a shape: column tiles are multiples of the vector width that
+divide N, row tiles are powers of two capped near the largest row count, and a rows x cols accumulator
+block must fit the board's vector registers. Every choice is categorical, so a configuration replays on
+any shape and on the symbolic kernel.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..schedule.dense import DenseTiles
+
+ROW_TILES = (1, 2, 4, 8, 16)
+UNROLL_K = (1, 2, 4)
+
+
+@dataclass(frozen=True)
+class DenseTask:
+    """One dense/matmul kernel class: Y[rows, n] = X[rows, k] W[k, n], rows dynamic in [lo, hi]."""
+
+    name: str
+    n: int
+    k: int
+    lo: int
+    hi: int
+
+    def flop(self, rows: int) -> float:
+        return 2.0 * rows * self.n * self.k
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What the space is derived from (the board file's target section)."""
+
+    lanes: int  # fp32 lanes per vector register
+    registers: int  # vector registers (16: AVX2, SSE; 32: AVX-512, NEON on aarch64)
+    cores: int
+
+
+def candidates(task: DenseTask, hw: Hardware) -> list[DenseTiles]:
+    """Every configuration of the space, in a stable order."""
+    cols = sorted({c for m in (1, 2, 3, 4, 6, 8) for c in [m * hw.lanes] if c <= task.n and task.n % c == 0}
+                  | ({task.n} if task.n < hw.lanes else set()))
+    row_cap = max(1.0, 1.1 * task.hi)
+    out = []
+    for c in cols:
+        vec_regs = -(-c // hw.lanes)
+        for r in ROW_TILES:
+            if r > row_cap or r * vec_regs > hw.registers - 2:  # keep two for the X broadcast and W loads
+                continue
+            for u in UNROLL_K:
+                if task.k % u == 0:
+                    out.append(DenseTiles(rows=r, cols=c, unroll_k=u))
+    return out
+
+
+def adaptation(task: DenseTask, tiles: DenseTiles, rows: int, cores: int) -> float:
+    """a(S, k) = pad x occ: the fraction of peak a micro-kernel with perfect fit keeps on `rows` rows.
+
+    pad: useful rows over rows covered by whole tiles (the edge variant computes the remainder at the
+    row-tile-1 rate, so padding is what the tiles would waste); occ: how evenly the parallel row tiles
+    spread over the cores (1 on a single-core board).
+    """
+    pad = rows / (math.ceil(rows / tiles.rows) * tiles.rows)
+    tiles_n = math.ceil(rows / tiles.rows)
+    occ = 1.0 if cores <= 1 else tiles_n / (math.ceil(tiles_n / cores) * cores)
+    return pad * occ
+
+
+def best_fit_rows(task: DenseTask, tiles: DenseTiles, cores: int) -> int:
+    """The instance a trial measures a micro-kernel on: highest adaptation, ties to the larger."""
+    options = [r for r in range(task.lo, task.hi + 1) if r % tiles.rows == 0] or [task.hi]
+    return max(options, key=lambda r: (adaptation(task, tiles, r, cores), r))
+
+
+FEATURE_NAMES = ("log2_rows", "log2_cols", "log2_unroll_k", "accumulators", "cols_over_lanes", "log2_n",
+                 "log2_k", "n_col_tiles", "bytes_w_per_tile_kb", "arith_intensity")
+
+
+def features(task: DenseTask, tiles: DenseTiles, hw: Hardware) -> np.ndarray:
+    """Shape-free features of a micro-kernel for the cost model f(k)."""
+    acc = tiles.rows * -(-tiles.cols // hw.lanes)
+    w_bytes = task.k * tiles.cols * 4
+    intensity = 2.0 * tiles.rows * tiles.cols / (4.0 * (tiles.rows + tiles.cols))
+    return np.array([math.log2(tiles.rows), math.log2(tiles.cols), math.log2(tiles.unroll_k), acc,
+                     tiles.cols / hw.lanes, math.log2(task.n), math.log2(task.k), task.n // tiles.cols,
+                     w_bytes / 1024.0, intensity], dtype=np.float64)

@@ -1,0 +1,59 @@
+"""The dense micro-kernel space: built from hardware limits, every configuration schedules without a
+bounds-check predicate on a real kernel, and the analytic adaptation behaves as DIETCODE.md defines it."""
+
+from __future__ import annotations
+
+import pytest
+
+from edgepack.examples import EXAMPLES
+from edgepack.pipeline import lower_model, prepare
+from edgepack.schedule.dense import DenseTiles, schedule_dense
+from edgepack.schedule.variants import find_row_split, matmul_block, specialize_rows
+from edgepack.tune.space import DenseTask, Hardware, adaptation, best_fit_rows, candidates, features
+
+AVX2 = Hardware(lanes=8, registers=16, cores=2)
+
+
+def test_space_respects_hardware_limits():
+    task = DenseTask("qkv", n=64, k=64, lo=1, hi=256)
+    space = candidates(task, AVX2)
+    assert len(space) >= 20
+    for t in space:
+        assert task.n % t.cols == 0 and t.cols % AVX2.lanes == 0
+        assert t.rows * (t.cols // AVX2.lanes) <= AVX2.registers - 2
+        assert task.k % t.unroll_k == 0
+    assert len({(t.rows, t.cols, t.unroll_k) for t in space}) == len(space)
+
+
+def test_small_range_caps_row_tiles():
+    space = candidates(DenseTask("gemv", n=64, k=64, lo=1, hi=3), AVX2)
+    assert {t.rows for t in space} == {1, 2}  # 4 > 1.1 * 3
+
+
+def test_adaptation():
+    task = DenseTask("d", n=64, k=64, lo=1, hi=256)
+    t8 = DenseTiles(rows=8, cols=16)
+    assert adaptation(task, t8, 64, cores=2) == 1.0
+    assert adaptation(task, t8, 60, cores=2) == pytest.approx(60 / 64)
+    assert adaptation(task, t8, 24, cores=2) == pytest.approx(3 / 4)  # 3 row tiles on 2 cores
+    assert adaptation(task, t8, 24, cores=1) == 1.0
+    assert best_fit_rows(task, t8, cores=2) == 256
+    assert features(task, t8, AVX2).shape == (10,)
+
+
+@pytest.fixture(scope="module")
+def dense_kernel():
+    ex = EXAMPLES["encoder"]
+    model, dims = prepare(ex.path, dict(ex.dims))
+    lowered = lower_model("encoder", model, dims)
+    name, func = next((k, f) for k, f in lowered.kernels.items() if find_row_split(f) and matmul_block(f))
+    return func, find_row_split(func), matmul_block(func)
+
+
+def test_every_candidate_schedules_predicate_free(dense_kernel):
+    func, split, block = dense_kernel
+    task = DenseTask("d", n=64, k=64, lo=1, hi=256)
+    for tiles in candidates(task, AVX2):
+        main = schedule_dense(specialize_rows(func, split, tiles.rows), block, tiles, parallel=True)
+        text = main.script()
+        assert "T.where" not in text and "T.vectorized" in text, tiles
