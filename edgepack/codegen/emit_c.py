@@ -130,8 +130,8 @@ class _Emitter:
         return [f"  const int64_t {d.c_name} = dims[{i}];" for i, d in enumerate(self.p.dims)]
 
     def _descriptors(self) -> list[str]:
-        p, m = self.p, self.m
-        out = [f"static const ep_dim_desc_t dims_desc[] = {{"]
+        p = self.p
+        out = ["static const ep_dim_desc_t dims_desc[] = {"]
         out += [f'  {{"{d.name}", {d.lo}, {d.hi}}},' for d in p.dims] or ["  {0, 0, 0},"]
         out += ["};"]
         dim_idx = {d.c_name: i for i, d in enumerate(p.dims)}
@@ -246,27 +246,27 @@ class _Emitter:
         return " * ".join([f"(size_t){s.c}" for s in t.shape] + [str(t.itemsize)])
 
     def _bind_buffers(self) -> list[str]:
+        """Check the caller's buffers, then point the input/output tensors (and views of them) at them."""
         p = self.p
-        lines: list[str] = []
-        groups = [("inputs", "input", [(i, p.tensor(t)) for i, t in enumerate(p.inputs)]),
-                  ("outputs", "output", [(i, p.tensor(o.tensor)) for i, o in enumerate(p.outputs)])]
-        for arr, what, items in groups:
-            if not items:
-                continue
-            lines += [f"  if (!{arr}) {{", f'    ep_msg_set(&ctx->msg, "{arr} is NULL", "", "");', "    return EP_ERR_ARG;", "  }"]
-            for i, t in items:
-                lines += [
-                    f"  if (!ep_buffer_ok(&{arr}[{i}], {self._bytes_expr(t)})) {{",
-                    f'    ep_msg_set(&ctx->msg, "{what} {i} buffer is NULL, shorter than its tensor, or not EP_ALIGN-aligned", "", "");',
-                    "    return EP_ERR_ARG;", "  }",
-                ]
-            for i, o in enumerate(p.outputs) if arr == "outputs" else []:
-                if not o.copy:
-                    lines.append(f"  T[{o.tensor}].data = outputs[{i}].data;")
-            if arr == "inputs":
-                lines += [f"  T[{t.id}].data = inputs[{i}].data;" for i, t in items]
+        ins = [(i, p.tensor(t)) for i, t in enumerate(p.inputs)]
+        outs = [(i, p.tensor(o.tensor)) for i, o in enumerate(p.outputs)]
+        lines = self._check_buffers("inputs", "input", ins) + self._check_buffers("outputs", "output", outs)
+        lines += [f"  T[{t.id}].data = inputs[{i}].data;" for i, t in ins]
+        lines += [f"  T[{o.tensor}].data = outputs[{i}].data;" for i, o in enumerate(p.outputs) if not o.copy]
         # views were initialised from their base before the base was bound: refresh them in order
         lines += [f"  T[{t.id}].data = T[{t.base}].data;" for t in p.tensors if t.kind == "view"]
+        return lines
+
+    def _check_buffers(self, arr: str, what: str, items: list[tuple[int, Tensor]]) -> list[str]:
+        if not items:
+            return []
+        lines = [f"  if (!{arr}) {{", f'    ep_msg_set(&ctx->msg, "{arr} is NULL", "", "");', "    return EP_ERR_ARG;", "  }"]
+        for i, t in items:
+            lines += [
+                f"  if (!ep_buffer_ok(&{arr}[{i}], {self._bytes_expr(t)})) {{",
+                f'    ep_msg_set(&ctx->msg, "{what} {i} buffer is NULL, shorter than its tensor, or not EP_ALIGN-aligned", "", "");',
+                "    return EP_ERR_ARG;", "  }",
+            ]
         return lines
 
     def _call(self, n: int, c) -> list[str]:
