@@ -6,6 +6,7 @@ Relax's own passes do the heavy lifting (legalize to TIR, fuse, plan storage at 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import onnx
@@ -67,6 +68,8 @@ def lower(name: str, mod: tvm.IRModule, dims: list[DimRange]) -> Lowered:
 
 
 class _PlanWalker:
+    """One pass over the lowered `main`: bindings become tensors, kernel calls and arena blocks."""
+
     def __init__(self, name: str, mod: tvm.IRModule, dims: list[DimRange]):
         self.name, self.mod, self.dims = name, mod, dims
         self.main = mod["main"]
@@ -96,7 +99,7 @@ class _PlanWalker:
 
     def _sym(self, e) -> SymExpr:
         s = to_sym(e)
-        free = {v for v in _identifiers(s.c)} - self.known_dims
+        free = _identifiers(s.c) - self.known_dims
         if free:
             raise ModelError(
                 f"a shape depends on values computed at run time ({', '.join(sorted(free))}); "
@@ -253,6 +256,4 @@ class _PlanWalker:
 
 
 def _identifiers(c: str) -> set[str]:
-    import re
-
     return {m for m in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", c) if not m.startswith("ep_")}
