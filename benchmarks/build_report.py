@@ -14,12 +14,9 @@ from edgepack.examples import EXAMPLES
 from edgepack.pipeline import build_package
 
 ROOT = Path(__file__).resolve().parents[1]
-EXPORTS = {
-    "bert_dynamo": {"batch": (1, 4), "seq": (1, 64)},
-    "bert_torchscript": {"batch": (1, 4), "seq": (1, 64)},
-    "bert_int8": {"batch": (1, 4), "seq": (1, 64)},
-    "cnn": {"batch": (1, 8)},
-}
+EXPORT_DIR = ROOT / "tests" / "data" / "exports"
+EXPORTS = {n: {d: tuple(r) for d, r in dims.items()}
+           for n, dims in json.loads((EXPORT_DIR / "dims.json").read_text()).items()}  # shared with the tests
 
 
 def dir_bytes(p: Path) -> int:
@@ -28,7 +25,7 @@ def dir_bytes(p: Path) -> int:
 
 def main() -> None:
     models = [(n, e.path, dict(e.dims)) for n, e in EXAMPLES.items()]
-    models += [(f"export:{n}", ROOT / "tests" / "data" / "exports" / f"{n}.onnx", d) for n, d in EXPORTS.items()]
+    models += [(f"export:{n}", EXPORT_DIR / f"{n}.onnx", d) for n, d in EXPORTS.items()]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, path, dims in models:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
+import json
 import logging
 import platform
 import shutil
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +15,8 @@ import onnx
 
 from . import __version__
 from .board import Board, load_board
-from .codegen.bundle import Bundle, commit, copy_runtime, make, stage_dir, write_makefile, write_manifest
+from .codegen.bundle import (Bundle, commit, copy_runtime, make, sha256, stage_dir, write_makefile,
+                             write_manifest)
 from .model import onnx_load
 from .model.plan import DimRange, c_ident
 
@@ -105,7 +107,7 @@ def build_package(model_path: str | Path, board: Board | str = "host", dim_range
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "board": {"name": board.name, "triple": board.target.triple, "cpu": board.target.cpu,
                       "cores": board.target.cores},
-            "model": {"name": name, "source": model_path.name, "sha256": _file_sha(model_path)},
+            "model": {"name": name, "source": model_path.name, "sha256": sha256(model_path)},
             "dims": [{"name": d.name, "c_name": d.c_name, "min": d.lo, "max": d.hi} for d in dims],
             "inputs": [_io_json(plan, plan.tensor(t), plan.tensor(t).name) for t in plan.inputs],
             "outputs": [_io_json(plan, plan.tensor(o.tensor), o.name) for o in plan.outputs],
@@ -137,13 +139,7 @@ def _io_json(plan, t, name: str) -> dict:
 
 
 def _dumps(obj) -> str:
-    import json
-
     return json.dumps(obj, indent=1) + "\n"
-
-
-def _file_sha(p: Path) -> str:
-    return hashlib.sha256(p.read_bytes()).hexdigest()
 
 
 def _tvm_version() -> str:
@@ -153,8 +149,6 @@ def _tvm_version() -> str:
 
 
 def _text_bytes(lib: Path) -> int:
-    import subprocess
-
     r = subprocess.run(["size", "-t", str(lib)], capture_output=True, text=True)
     if r.returncode != 0 or not r.stdout.strip():
         return lib.stat().st_size

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -15,12 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 EXPORTS = ROOT / "tests" / "data" / "exports"
 
 # committed PyTorch exports (tests/data/exports/README.md) and the ranges they are built with
-EXPORT_DIMS = {
-    "bert_dynamo": {"batch": (1, 4), "seq": (1, 64)},
-    "bert_torchscript": {"batch": (1, 4), "seq": (1, 64)},
-    "bert_int8": {"batch": (1, 4), "seq": (1, 64)},
-    "cnn": {"batch": (1, 8)},
-}
+EXPORT_DIMS = {name: {d: tuple(r) for d, r in dims.items()}
+               for name, dims in json.loads((EXPORTS / "dims.json").read_text()).items()}
 
 
 @pytest.fixture(scope="session")

@@ -227,7 +227,7 @@ class _Emitter:
 
     def _tensor_setup(self, t: Tensor) -> list[str]:
         dt = np.dtype(t.dtype)
-        code = _DL_CODE[dt.kind if dt.kind != "b" else "b"]
+        code = _DL_CODE[dt.kind]
         bits = 8 if dt.kind == "b" else dt.itemsize * 8
         lines = [f"  /* t{t.id} {t.name}: {t.kind} {t.dtype}[{', '.join(s.c for s in t.shape)}] */"]
         lines += [f"  ctx->shape[{t.id}][{a}] = {s.c};" for a, s in enumerate(t.shape)]

@@ -11,7 +11,7 @@ from tvm import s_tir, tirx
 
 from ..errors import BuildError
 from ..model.plan import ALIGN, DimRange, align_up
-from ..schedule.variants import KernelImpl
+from ..schedule.variants import KernelImpl, root_block
 
 
 @dataclass
@@ -63,16 +63,9 @@ def workspace_bound(func: tirx.PrimFunc, dims: list[DimRange], target: tvm.targe
     with tvm.transform.PassContext(opt_level=3, config={"tirx.disable_assert": True}):
         mod = pipeline(mod)
     per_scope = s_tir.analysis.calculate_allocated_bytes(mod)["main"]
-    n_allocs = len(_root_allocs(func))
+    root = root_block(func)
+    n_allocs = len(root.alloc_buffers) if root is not None else 0
     return align_up(sum(int(v) for v in per_scope.values()) + 2 * ALIGN * n_allocs)
-
-
-def _root_allocs(func: tirx.PrimFunc) -> list:
-    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
-    try:
-        return list(sch.get(sch.get_sblock("root")).alloc_buffers)
-    except Exception:  # no root block
-        return []
 
 
 def _at_upper_bounds(func: tirx.PrimFunc, ub: dict[str, int]) -> tirx.PrimFunc:

@@ -169,6 +169,15 @@ def _no_reduction_over_dyn(func: tirx.PrimFunc) -> bool:
                if iv.iter_type == 2)
 
 
+def root_block(func: tirx.PrimFunc):
+    """The root SBlock of a kernel as Relax legalizes it, or None (already lowered)."""
+    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+    try:
+        return sch.get(sch.get_sblock("root"))
+    except Exception:  # ScheduleError: no block named root
+        return None
+
+
 def _blocks(func: tirx.PrimFunc) -> list:
     """The blocks of a kernel as Relax legalizes it (all children of the root block)."""
     sch = s_tir.Schedule(tvm.IRModule({"main": func}))
