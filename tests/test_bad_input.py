@@ -138,3 +138,19 @@ def test_extra_outputs_that_tvm_cannot_compute_are_refused(tmp_path):
                                 opset_imports=[helper.make_opsetid("", 18)]), p)
     assert_user_error(run_cli("build", str(p), "--dim", "n=1:4", "-o", str(tmp_path / "o")),
                       "LayerNormalization with more than one output (ln)")
+
+
+def test_inputs_that_disagree_on_a_dim(build_cache, tmp_path):
+    """input_ids says seq = 5, attention_mask says 6: the CLI refuses it, and so does the C program."""
+    import subprocess
+
+    from conftest import EXPORT_DIMS, EXPORTS
+
+    bundle = build_cache(EXPORTS / "bert_dynamo.onnx", EXPORT_DIMS["bert_dynamo"], "x_bert_dynamo")
+    np.save(tmp_path / "ids.npy", np.ones((2, 5), np.int64))
+    np.save(tmp_path / "mask.npy", np.ones((2, 6), np.int64))
+    ins = [str(tmp_path / "ids.npy"), str(tmp_path / "mask.npy")]
+    assert_user_error(run_cli("run", str(bundle.path), "--input", ins[0], "--input", ins[1],
+                              "-o", str(tmp_path / "out")), "dim seq is 5 in one input and 6")
+    r = subprocess.run([str(bundle.path / "run"), str(tmp_path), *ins], capture_output=True, text=True)
+    assert r.returncode == 3 and "dim seq is 5 in one input and 6 in input 'attention_mask'" in r.stderr, r.stderr

@@ -76,3 +76,26 @@ def test_thread_counts_give_same_answer(encoder_bundle, tmp_path, threads):
                    check=True)
     ref = ort.InferenceSession(str(ENCODER)).run(None, {"x": x})[0]
     assert max_rel_error(np.load(tmp_path / "0_y.npy"), ref) < 1e-4
+
+
+def test_single_threaded_platform(encoder_bundle, tmp_path):
+    """The same package on ep_platform_single.c (boards without threads): parallel loops run inline."""
+    pkg = tmp_path / "single"
+    shutil.copytree(encoder_bundle.path, pkg)
+    shutil.copy2(TEMPLATES / "runtime" / "ep_platform_single.c", pkg / "runtime")
+    # the board's timer: here the POSIX clock stands in for a SysTick counter
+    (pkg / "runtime" / "board_time.c").write_text(
+        "#define _POSIX_C_SOURCE 200809L\n#include <stdint.h>\n#include <time.h>\n"
+        "uint64_t ep_board_time_ns(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);"
+        " return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec; }\n")
+    runtime = "runtime/ep_runtime.c runtime/ep_platform_single.c runtime/board_time.c"
+    subprocess.run(["make", "-s", "-C", str(pkg), "clean"], check=True)
+    r = subprocess.run(["make", "-s", "-j2", "-C", str(pkg), f"RUNTIME={runtime}", "LDLIBS=-lm"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "pthread" not in subprocess.run(["nm", str(pkg / "run")], capture_output=True, text=True).stdout
+    x = np.random.default_rng(5).standard_normal((1, 37, 64)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    subprocess.run([str(pkg / "run"), str(tmp_path), str(tmp_path / "x.npy")], check=True)
+    ref = ort.InferenceSession(str(ENCODER)).run(None, {"x": x})[0]
+    assert max_rel_error(np.load(tmp_path / "0_y.npy"), ref) < 1e-4
