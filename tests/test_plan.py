@@ -53,6 +53,14 @@ def test_plan_tensors_in_one_block_never_live_at_once(encoder_lowered):
             assert e0 <= s1, f"block {b.index}: overlapping lifetimes {spans}"
 
 
+def test_manifest_checksums_every_file(encoder_bundle):
+    from edgepack.codegen.bundle import verify
+
+    files = encoder_bundle.manifest["files"]
+    assert "kernels/kernels.o" in files and "weights.bin" in "".join(files) and "run" in files
+    assert verify(encoder_bundle) == []
+
+
 def test_plan_json_records_offsets(encoder_bundle):
     pj = json.loads((encoder_bundle.path / "plan.json").read_text())
     assert pj["arena_bytes"] > 0 and pj["workspace_per_thread"] >= 0

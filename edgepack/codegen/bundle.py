@@ -84,8 +84,14 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _build_product(p: Path, dst: Path) -> bool:
+    """`make`'s intermediate objects (rebuilt from the sources); the kernel object is a source here."""
+    return p.suffix == ".o" and p.relative_to(dst).parts[0] != "kernels"
+
+
 def write_manifest(dst: Path, manifest: dict) -> dict:
-    files = sorted(p for p in dst.rglob("*") if p.is_file() and p.name != "manifest.json" and not p.name.endswith(".o"))
+    files = sorted(p for p in dst.rglob("*")
+                   if p.is_file() and p.name != "manifest.json" and not _build_product(p, dst))
     manifest = dict(manifest, version=MANIFEST_VERSION,
                     files={str(p.relative_to(dst)): sha256(p) for p in files})
     (dst / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
