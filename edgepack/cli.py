@@ -115,6 +115,10 @@ def parser() -> argparse.ArgumentParser:
 
     bo = sub.add_parser("boards", help="list the boards edgepack knows")
     bo.set_defaults(fn=_cmd_boards)
+
+    from .commands import register_all
+
+    register_all(sub)
     return p
 
 

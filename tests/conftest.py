@@ -59,3 +59,14 @@ def sizes_for(lo: int, hi: int) -> list[int]:
 
 def have(tool: str) -> bool:
     return shutil.which(tool) is not None
+
+
+def pytest_addoption(parser):
+    """Hardware-in-the-loop selection (`pytest -m hil`): the stand-ins by default, a real board when named."""
+    g = parser.getgroup("edgepack boards")
+    g.addoption("--board", action="append", default=[], help="board(s) for hil tests (default: the stand-ins)")
+    g.addoption("--board-host", help="address of a real Linux board (SSH)")
+    g.addoption("--board-user", help="SSH user on the real board")
+    g.addoption("--board-key", help="SSH private key for the real board")
+    g.addoption("--board-port", type=int, default=22, help="SSH port of the real board")
+    g.addoption("--board-serial", help="serial port of a real microcontroller board, e.g. /dev/ttyACM0")

@@ -42,3 +42,26 @@ def run_local(bundle: Bundle, arrays: list[np.ndarray], out_dir: str | Path, thr
             shutil.move(res_dir / name, out_dir / name)
             results.append(out_dir / name)
     return results
+
+
+class LocalDevice:
+    """The host board: packages run in place."""
+
+    def __init__(self, board):
+        self.board = board
+
+    def install(self, bundle: Bundle) -> str:
+        return str(bundle.path)
+
+    def run(self, bundle: Bundle, arrays: list[np.ndarray], out_dir: str | Path, threads: int | None = None) -> list[Path]:
+        return run_local(bundle, arrays, out_dir, threads=threads)
+
+    def bench(self, bundle: Bundle, dims: dict[str, int], settings):
+        raise NotImplementedError("local bench: see issue 6")
+
+    def close(self) -> None:
+        pass
+
+
+def open_device(board, conn=None) -> LocalDevice:
+    return LocalDevice(board)
