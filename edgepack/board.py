@@ -50,6 +50,14 @@ class Board:
     transport: dict = field(default_factory=dict)
     rpc_key: str = ""
     timing: Timing = Timing()
+    sections: dict = field(default_factory=dict, repr=False)  # the whole file, for transport-specific sections
+
+    def section(self, name: str) -> dict:
+        """A board-specific section ([ssh], [deploy], [memory], [uart], [flasher], [standin], ...), {} if absent."""
+        v = self.sections.get(name, {})
+        if not isinstance(v, dict):
+            raise BoardError(f"board file {self.path}: '{name}' must be a table ([{name}]), got {type(v).__name__}")
+        return v
 
     @property
     def vector_lanes_f32(self) -> int:
@@ -134,6 +142,7 @@ def load_board_file(path: Path) -> Board:
         transport=raw.get("transport", {"kind": "local"}),
         rpc_key=raw.get("rpc", {}).get("key", raw["name"]),
         timing=timing,
+        sections=raw,
     )
 
 

@@ -81,3 +81,15 @@ def open_device(board: Board, conn: Connection | None = None) -> Device:
                          f"{', '.join(_TRANSPORTS)}; fix the board file")
     mod = importlib.import_module(f"{__package__}.{_TRANSPORTS[kind]}")
     return mod.open_device(board, conn or Connection())
+
+
+def connection_for(board: Board, host: str | None = None, **kw) -> Connection:
+    """The connection the CLI flags describe; with no address given, a running stand-in's saved one."""
+    given = {k: v for k, v in kw.items() if v is not None}
+    if host is None and not given.get("serial"):
+        from ..standin import saved_connection
+
+        saved = saved_connection(board) if board.section("standin") else None
+        if saved is not None:
+            return saved
+    return Connection(host=host, **given)
