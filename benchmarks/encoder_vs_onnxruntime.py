@@ -24,6 +24,7 @@ import numpy as np
 import onnxruntime as ort
 
 from edgepack.examples import EXAMPLES
+from edgepack.report.baseline import identity_model, ort_samples_ns, session  # shared with `edgepack bench --baseline`
 from edgepack.pipeline import build_package
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -35,32 +36,8 @@ def c_samples(bundle: Path, seq: int, repeat: int) -> list[float]:
     return [s / 1e3 for s in json.loads(r.stdout)["samples_ns"]]
 
 
-def ort_samples(sess: ort.InferenceSession, x: np.ndarray, repeat: int) -> list[float]:
-    for _ in range(3):
-        sess.run(None, {"x": x})
-    out = []
-    for _ in range(repeat):
-        t0 = time.perf_counter_ns()
-        sess.run(None, {"x": x})
-        out.append((time.perf_counter_ns() - t0) / 1e3)
-    return out
-
-
-def identity_model() -> bytes:
-    from onnx import TensorProto, helper
-
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "seq", 64])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "seq", 64])
-    g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "identity", [x], [y])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
-
-
-def session(model, threads: int) -> ort.InferenceSession:
-    o = ort.SessionOptions()
-    o.intra_op_num_threads = threads
-    o.inter_op_num_threads = 1
-    src = model if isinstance(model, bytes) else str(model)
-    return ort.InferenceSession(src, o, providers=["CPUExecutionProvider"])
+def ort_samples(sess, x: np.ndarray, repeat: int) -> list[float]:
+    return [t / 1e3 for t in ort_samples_ns(sess, {"x": x}, repeat)]
 
 
 def main() -> None:
@@ -75,7 +52,7 @@ def main() -> None:
         bundle = build_package(ex.path, "host", dict(ex.dims), Path(tmp) / "encoder").bundle
         build_s = time.perf_counter() - t0
         sessions = {"onnxruntime_1t": session(ex.path, 1), "onnxruntime_2t": session(ex.path, 2)}
-        identity = session(identity_model(), 1)
+        identity = session(identity_model({"x": np.zeros((1, 1, 64), np.float32)}), 1)
         rows = []
         for seq in [int(s) for s in a.sizes.split(",")]:
             x = np.random.default_rng(seq).standard_normal((1, seq, 64)).astype(np.float32)

@@ -25,10 +25,14 @@ def _cmd_build(a: argparse.Namespace) -> int:
     else:
         model, ranges = Path(a.model), {}
     ranges.update(parse_dim_args(a.dim))
-    r = build_package(model, a.board, ranges, a.output, name=a.name)
+    r = build_package(model, a.board, ranges, a.output, name=a.name, db=a.db)
     m = r.bundle.manifest
     print(f"built {r.bundle.path}  ({r.seconds:.1f} s)")
     print(f"  board {m['board']['name']}, dims " + ", ".join(f"{d['name']}={d['min']}..{d['max']}" for d in m["dims"]))
+    if m.get("tuning"):
+        t = m["tuning"]
+        print(f"  tuned kernels: {', '.join(f'{k} ({n} micro-kernels)' for k, n in t['kernels'].items()) or 'none'}"
+              + (f"; untuned: {', '.join(t['untuned'])}" if t["untuned"] else ""))
     print(f"  arena {r.arena_bytes:,} B (tensors {r.tensor_bytes:,} B, vs {r.sum_of_tensor_bytes:,} B unshared), "
           f"weights {r.weights_bytes:,} B, code {r.code_bytes:,} B")
     if example is not None:
@@ -44,11 +48,22 @@ def _cmd_build(a: argparse.Namespace) -> int:
 
 def _cmd_run(a: argparse.Namespace) -> int:
     from .codegen.bundle import Bundle
+    from .commands.flash import board_for, connection_from_args
+    from .deploy.device import open_device
     from .deploy.io import load_inputs
     from .deploy.local import run_local
 
     bundle = Bundle.open(a.bundle)
-    outs = run_local(bundle, load_inputs(a.input or []), a.output, threads=a.threads)
+    arrays = load_inputs(a.input or [])
+    board = board_for(a, bundle.manifest)
+    if board.transport.get("kind", "local") == "local":
+        outs = run_local(bundle, arrays, a.output, threads=a.threads)
+    else:  # a remote board: inputs uploaded, the run program executed there, outputs fetched
+        dev = open_device(board, connection_from_args(a, board))
+        try:
+            outs = dev.run(bundle, arrays, a.output, threads=a.threads)
+        finally:
+            dev.close()
     for p in outs:
         print(p)
     return 0
@@ -100,6 +115,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--dim", action="append", metavar="NAME=MIN:MAX", help="range of a dynamic dim (repeatable)")
     b.add_argument("-o", "--output", help="package directory (default: build/<model>)")
     b.add_argument("--name", help="package name used in C symbols (default: the model file's stem)")
+    b.add_argument("--db", help="tuning database from `edgepack tune`: use its kernels and dispatchers")
     b.set_defaults(fn=_cmd_build)
 
     r = sub.add_parser("run", help="run a built package on .npy inputs")
@@ -107,6 +123,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--input", action="append", metavar="X.npy", help="one per model input, in model order")
     r.add_argument("-o", "--output", default="out", help="folder for <k>_<name>.npy outputs (default: out)")
     r.add_argument("--threads", type=int, help="worker threads (default: the board's cores)")
+    from .commands.flash import add_connection_args
+
+    add_connection_args(r)  # --board/--host/...: run on a remote board (default: the package's board)
     r.set_defaults(fn=_cmd_run)
 
     i = sub.add_parser("inspect", help="show a model's inputs, dynamic dims and operators")

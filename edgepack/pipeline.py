@@ -67,7 +67,9 @@ def schedules_for(board: Board):
 
 
 def build_package(model_path: str | Path, board: Board | str = "host", dim_ranges: dict | None = None,
-                  out: str | Path | None = None, schedules=None, name: str | None = None) -> BuildResult:
+                  out: str | Path | None = None, schedules=None, name: str | None = None,
+                  db: str | Path | None = None) -> BuildResult:
+    """Compile a model into a package. `db`: a tuning database whose kernel choices and dispatchers to use."""
     t0 = time.perf_counter()
     model_path = Path(model_path)
     model, dims = prepare(model_path, dim_ranges or {})
@@ -81,13 +83,22 @@ def build_package(model_path: str | Path, board: Board | str = "host", dim_range
     lowered = lower_model(name, model, dims)
     plan = lowered.plan
     schedules = schedules or schedules_for(board)
+    tuning = None
+    if db is not None:
+        from .tune.apply import tuned_schedules
+
+        applied = tuned_schedules(db, lowered, dims, board, schedules)
+        schedules = applied.schedules
+        tuning = {"db": str(Path(db).resolve()), "db_sha256": sha256(Path(db)), "kernels": applied.tuned,
+                  "untuned": applied.untuned}
     impls = {k: make_variants(k, f, schedules) for k, f in lowered.kernels.items()}
 
     stage = stage_dir(out)
     try:
         kobj = compile_kernels(impls, board.tvm_target(), stage / "kernels" / "kernels.o", dims)
         weights = layout_weights(plan)
-        sources = emit_package(plan, impls, weights, kobj.workspace_per_thread, board.target.cores)
+        sources = emit_package(plan, impls, weights, kobj.workspace_per_thread, board.target.cores,
+                               schedules.dispatchers)
         (stage / "include").mkdir()
         (stage / "src").mkdir()
         for fname, text in sources.files.items():
@@ -115,7 +126,8 @@ def build_package(model_path: str | Path, board: Board | str = "host", dim_range
                        "tensor_bytes": plan.arena_bytes, "workspace_per_thread": kobj.workspace_per_thread,
                        "weights_bytes": len(weights.blob), "code_bytes": code_bytes},
             "kernels": {k: [v.symbol for v in i.variants] for k, i in impls.items()},
-            "tuned": False,
+            "tuned": bool(tuning and tuning["kernels"]),
+            "tuning": tuning,
             "build_host": platform.node(),
         }
         manifest = write_manifest(stage, manifest)

@@ -22,7 +22,9 @@ def test_space_respects_hardware_limits():
         assert task.n % t.cols == 0 and t.cols % AVX2.lanes == 0
         assert t.rows * (t.cols // AVX2.lanes) <= AVX2.registers - 2
         assert task.k % t.unroll_k == 0
-    assert len({(t.rows, t.cols, t.unroll_k) for t in space}) == len(space)
+    assert len(set(space)) == len(space)
+    small = [t for t in space if t.par_cols]
+    assert small and all(t.rows <= 4 for t in small)  # the GEMV-like family exists, for small M only
 
 
 def test_small_range_caps_row_tiles():
@@ -38,7 +40,11 @@ def test_adaptation():
     assert adaptation(task, t8, 24, cores=2) == pytest.approx(3 / 4)  # 3 row tiles on 2 cores
     assert adaptation(task, t8, 24, cores=1) == 1.0
     assert best_fit_rows(task, t8, cores=2) == 256
-    assert features(task, t8, AVX2).shape == (10,)
+    assert features(task, t8, AVX2).shape == (11,)
+    # small-M family: at M = 1 row tiles alone leave a core idle; row x column tiles fill both
+    t1, t1c = DenseTiles(rows=1, cols=16), DenseTiles(rows=1, cols=16, par_cols=True)
+    assert adaptation(task, t1, 1, cores=2) == pytest.approx(0.5)
+    assert adaptation(task, t1c, 1, cores=2) == 1.0
 
 
 @pytest.fixture(scope="module")

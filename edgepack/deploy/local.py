@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +46,40 @@ def run_local(bundle: Bundle, arrays: list[np.ndarray], out_dir: str | Path, thr
     return results
 
 
+def bench_args(bundle: Bundle, dims: dict[str, int], settings) -> list[str]:
+    """The `bench` program's arguments (same on every POSIX board): options, then one value per dim in order."""
+    missing = [d["name"] for d in bundle.manifest["dims"] if d["name"] not in dims]
+    if missing:
+        raise DimError(f"no value for dim(s) {', '.join(missing)} of package '{bundle.name}'")
+    opts = {"--threads": settings.threads, "--warmup": settings.warmup, "--repeat": settings.repeat,
+            "--min-time-ms": settings.min_time_ms}
+    args = [s for k, v in opts.items() if v is not None for s in (k, str(v))]
+    return args + [str(dims[d["name"]]) for d in bundle.manifest["dims"]]
+
+
+def bench_local(prog: Path, bundle: Bundle, dims: dict[str, int], settings, timeout: float = 600) -> dict:
+    """Run a bench program here; its one line of JSON on stdout (exit 3: dims out of range)."""
+    if not prog.exists():
+        raise RunError(f"'{bundle.path}' has no {prog.name} program; rebuild it with `edgepack build`")
+    r = subprocess.run([str(prog), *bench_args(bundle, dims, settings)], capture_output=True, text=True,
+                       timeout=timeout)
+    if r.returncode != 0:
+        msg = (r.stderr.strip().splitlines() or [f"exit code {r.returncode}"])[-1].removeprefix("error: ")
+        raise (DimError if r.returncode == 3 else RunError)(f"bench at {dims} failed: {msg}")
+    return json.loads(r.stdout)
+
+
+def profile_program(bundle: Bundle) -> Path:
+    """The package's `bench_profile` program (kernel calls timed, -DEP_PROFILE), built on first use with `make`
+    (~0.5 s for the encoder; `edgepack build` does not build it, so plain builds stay as they were)."""
+    r = subprocess.run(["make", "-s", "-C", str(bundle.path), "bench_profile"], capture_output=True, text=True)
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["make failed"])[-1]
+        raise RunError(f"building {bundle.path}/bench_profile failed ({last.strip()[:200]}); "
+                       "rebuild the package with this edgepack (its Makefile needs the bench_profile target)")
+    return bundle.path / "bench_profile"
+
+
 class LocalDevice:
     """The host board: packages run in place."""
 
@@ -57,7 +93,19 @@ class LocalDevice:
         return run_local(bundle, arrays, out_dir, threads=threads)
 
     def bench(self, bundle: Bundle, dims: dict[str, int], settings):
-        raise NotImplementedError("local bench: see issue 6")
+        from .device import BenchResult
+
+        out = bench_local(bundle.path / "bench", bundle, dims, settings)
+        calls = []
+        if settings.profile:  # a separate binary, so the samples above carry no profiling overhead
+            prof = bench_local(profile_program(bundle), bundle, dims, replace(settings, min_time_ms=0))
+            calls = [{"name": c["kernel"], "ns": c["mean_ns"]} for c in prof.get("calls", [])]
+        return BenchResult(dims=dict(dims), samples_ns=out["samples_ns"], threads=out.get("threads"), calls=calls)
+
+    def facts(self) -> dict:
+        from ..report.machine import local_facts
+
+        return local_facts(self.board)
 
     def close(self) -> None:
         pass

@@ -13,6 +13,7 @@ class DenseTiles:
     rows: int  # tile on the dynamic row axis (M)
     cols: int  # tile on N; divides N, vectorized
     unroll_k: int = 1  # inner split of K, unrolled (1 = none); ignored unless it divides K
+    par_cols: bool = False  # parallel over row x column tiles (the small-M / GEMV family: few row tiles)
 
     def with_rows(self, rows: int) -> DenseTiles:
         return replace(self, rows=rows)
@@ -30,7 +31,8 @@ def _static_extent(func: tirx.PrimFunc, block: str, iter_index: int) -> int:
     return int(it.dom.extent) if isinstance(it.dom.extent, tirx.IntImm) else 1
 
 
-def schedule_dense(func: tirx.PrimFunc, block: str, tiles: DenseTiles, parallel: bool) -> tirx.PrimFunc:
+def schedule_dense(func: tirx.PrimFunc, block: str, tiles: DenseTiles, parallel: bool,
+                   vectorize: bool = True) -> tirx.PrimFunc:
     """Tile rows x cols around the reduction, fuse the epilogue into the tile, vectorize the column tile.
 
     Row and column factors divide their extents (rows are specialized to mt * tile, cols divide N), so the
@@ -61,9 +63,11 @@ def schedule_dense(func: tirx.PrimFunc, block: str, tiles: DenseTiles, parallel:
     if tiles.rows > 1:
         sch.unroll(ii)  # rows x cols accumulators stay in vector registers
     _fuse_epilogue(sch, blk, jo)
-    sch.vectorize(ji)
+    if vectorize:  # off for C-source kernels: gcc vectorizes the plain inner loop where the ISA can
+        sch.vectorize(ji)
     if parallel:
-        sch.parallel(sch.fuse(*outer, io) if outer else io)
+        par = [*outer, io, jo] if tiles.par_cols else [*outer, io]
+        sch.parallel(sch.fuse(*par) if len(par) > 1 else par[0])
     sch.decompose_reduction(blk, ko)
     return sch.mod["main"]
 
@@ -79,7 +83,8 @@ def _fuse_epilogue(sch: s_tir.Schedule, blk, loop) -> None:
         frontier.extend(sch.get_consumers(c))
 
 
-def schedule_matmul_rowwise(func: tirx.PrimFunc, block: str) -> tirx.PrimFunc:
+def schedule_matmul_rowwise(func: tirx.PrimFunc, block: str, vectorize: bool = True,
+                            parallel: bool = True) -> tirx.PrimFunc:
     """For matmuls whose rows cannot be split (batch matmuls with dynamic N or K, as in attention):
     loop order (batch.., i, k, j) with j innermost over contiguous memory, rows in parallel, the epilogue
     fused per row. No tile crosses a dynamic extent, so no predicate; LLVM vectorizes the j loop."""
@@ -94,8 +99,10 @@ def schedule_matmul_rowwise(func: tirx.PrimFunc, block: str) -> tirx.PrimFunc:
     k = loops[-1]
     sch.reorder(*outer, k, j)
     _fuse_epilogue(sch, blk, outer[-1])
-    sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
-    if isinstance(iters[-2].dom.extent, tirx.IntImm):
+    rows = sch.fuse(*outer) if len(outer) > 1 else outer[0]
+    if parallel:
+        sch.parallel(rows)
+    if vectorize and isinstance(iters[-2].dom.extent, tirx.IntImm):
         sch.vectorize(j)
     sch.decompose_reduction(blk, k)
     return sch.mod["main"]

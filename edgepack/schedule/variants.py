@@ -49,32 +49,52 @@ class KernelImpl:
 
 
 @dataclass(frozen=True)
+class DenseChoice:
+    """A tuned dense kernel: the main micro-kernels the dispatcher picks from, and the row-tile-1 edge one."""
+
+    mains: tuple[DenseTiles, ...]
+    edge: DenseTiles
+
+    @staticmethod
+    def single(tiles: DenseTiles) -> DenseChoice:
+        return DenseChoice((tiles,), tiles.with_rows(1))
+
+
+@dataclass(frozen=True)
 class Schedules:
     """The replaceable input of codegen: which tiles each dense kernel uses (the tuner fills this)."""
 
-    dense: dict[str, DenseTiles] = field(default_factory=dict)  # kernel name -> tiles; missing: default
+    dense: dict[str, DenseTiles | DenseChoice] = field(default_factory=dict)  # kernel -> tiles; missing: default
+    dispatchers: dict = field(default_factory=dict)  # kernel -> codegen.dispatch.Dispatcher over its mains
     vector_lanes: int = 8
     cores: int = 1
     target: object = None  # tvm Target for the generic rules (DLight); None: leave other kernels unscheduled
+    # False for C-source kernels (target "c" cannot vectorize, FACTS.md; gcc vectorizes the plain loops) and
+    # single-core boards (no thread pool: parallel loops would only add launch overhead).
+    vectorize: bool = True
+    parallel: bool = True
 
 
 def make_variants(name: str, func: tirx.PrimFunc, sched: Schedules) -> KernelImpl:
     split = find_row_split(func)
     block = matmul_block(func)
-    tiles = None
+    choice = None
     if split is not None and block is not None:
-        tiles = sched.dense.get(name) or DenseTiles.default(func, block, sched.vector_lanes)
-    if tiles is None or not _aligned(split, func, tiles.rows):
-        generic = schedule_matmul_rowwise(func, block) if block else generic_schedule(func, sched.target)
+        choice = sched.dense.get(name) or DenseTiles.default(func, block, sched.vector_lanes)
+        choice = DenseChoice.single(choice) if isinstance(choice, DenseTiles) else choice
+    if choice is None or not all(_aligned(split, func, t.rows) for t in choice.mains):
+        generic = (schedule_matmul_rowwise(func, block, sched.vectorize, sched.parallel) if block
+                   else generic_schedule(func, sched.target, sched.vectorize, sched.parallel))
         return KernelImpl(name, None, [Variant(name, 0, generic)])
-    main = specialize_rows(func, split, tiles.rows)
-    main_f = schedule_dense(main, block, tiles, parallel=sched.cores > 1)
-    edge_f = schedule_dense(func, block, tiles.with_rows(1), parallel=sched.cores > 1)
-    return KernelImpl(name, split, [Variant(f"{name}_t{tiles.rows}", tiles.rows, main_f, True),
-                                    Variant(f"{name}_edge", 0, edge_f)])
+    par, vec = sched.cores > 1 and sched.parallel, sched.vectorize
+    mains = [Variant(f"{name}_t{t.rows}" if len(choice.mains) == 1 else f"{name}_k{j}_t{t.rows}", t.rows,
+                     schedule_dense(specialize_rows(func, split, t.rows), block, t, par, vec), True)
+             for j, t in enumerate(choice.mains)]
+    edge_f = schedule_dense(func, block, choice.edge.with_rows(1), parallel=par, vectorize=vec)
+    return KernelImpl(name, split, mains + [Variant(f"{name}_edge", 0, edge_f)])
 
 
-def generic_schedule(func: tirx.PrimFunc, target) -> tirx.PrimFunc:
+def generic_schedule(func: tirx.PrimFunc, target, vectorize: bool = True, parallel: bool = True) -> tirx.PrimFunc:
     """DLight's CPU rules (reductions, GEMV): they move intermediates into the loops that use them, which
     shrinks kernel workspace from whole tensors to rows. A result with a bounds-check predicate on a
     dynamic axis is refused (DIETCODE.md: no guards in inner loops), keeping the plain loop nest."""
@@ -85,14 +105,16 @@ def generic_schedule(func: tirx.PrimFunc, target) -> tirx.PrimFunc:
     try:
         with target:
             out = dl.ApplyDefaultSchedule(dl.cpu.Reduction(), dl.cpu.GEMV())(tvm.IRModule({"main": func}))["main"]
-        if "T.where" not in out.script():
+        text = out.script()
+        if "T.where" not in text and (vectorize or "T.vectorized" not in text) and \
+                (parallel or "T.parallel" not in text):
             return out
     except Exception:  # a rule that does not apply to this kernel's shape of loops
         pass
-    return row_fusion(func)
+    return row_fusion(func, parallel)
 
 
-def row_fusion(func: tirx.PrimFunc) -> tirx.PrimFunc:
+def row_fusion(func: tirx.PrimFunc, parallel: bool = True) -> tirx.PrimFunc:
     """Compute every block of a multi-block kernel inside the output block's outer loops, as deep as the
     dependences allow (softmax, normalisations: one row at a time), so intermediates shrink to a row."""
     sch = s_tir.Schedule(tvm.IRModule({"main": func}))
@@ -110,7 +132,9 @@ def row_fusion(func: tirx.PrimFunc) -> tirx.PrimFunc:
             for b in reversed(trial.get_child_blocks(trial.get_sblock("root"))[:-1]):
                 trial.compute_at(b, trial.get_loops(out)[depth - 1], preserve_unit_loops=True)
             rows = trial.get_loops(out)[:depth]
-            trial.parallel(trial.fuse(*rows) if len(rows) > 1 else rows[0])  # rows are independent
+            fused = trial.fuse(*rows) if len(rows) > 1 else rows[0]
+            if parallel:
+                trial.parallel(fused)  # rows are independent
         except Exception:  # ScheduleError: this depth breaks a dependence; try a shallower one
             continue
         return trial.mod["main"]

@@ -8,6 +8,9 @@ Tables (schema version `SCHEMA_VERSION`, kept in `PRAGMA user_version`):
 - `measurements`: one candidate on one shape instance: the median seconds (NULL when it failed), the raw
   samples, the error text. At most one per (candidate, shape): a resumed run asks `has` and skips the pair.
 - `runs`: one tuning run (model, trial budget, board, start/finish) for reports.
+- `selections`: what a finished tuning run chose for a workload over a dim range: the samples, the kernel set
+  (configs), the edge config and the dispatcher (JSON). `edgepack build --db` reads the newest that covers
+  the package's range. (Added in schema version 2; version-1 files are upgraded in place.)
 
 Writes go through `add_batch`, one transaction per batch: a crash (even SIGKILL) loses at most the batch in
 flight, never part of one. WAL mode lets a report read while the tuner writes.
@@ -30,7 +33,7 @@ import numpy as np
 
 from ..errors import EdgepackError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE workloads (
@@ -71,7 +74,18 @@ CREATE TABLE measurements (
 );
 """
 
-_TABLES = {"workloads", "candidates", "measurements", "runs"}
+_SCHEMA_V2 = """
+CREATE TABLE selections (
+  id INTEGER PRIMARY KEY,
+  workload_id INTEGER NOT NULL REFERENCES workloads(id),
+  run_id INTEGER REFERENCES runs(id),
+  dims TEXT NOT NULL,
+  choice TEXT NOT NULL,
+  created REAL NOT NULL
+);
+"""
+
+_TABLES = {"workloads", "candidates", "measurements", "runs", "selections"}
 
 
 def canonical_json(value: Any) -> str:
@@ -198,15 +212,19 @@ class TuningDB:
                         raise EdgepackError(
                             f"{self.path} is an SQLite file but not an edgepack tuning database (it has tables "
                             f"{', '.join(sorted(tables))} and no schema version); pass another path")
-                    for stmt in _SCHEMA.split(";"):
-                        if stmt.strip():
-                            c.execute(stmt)
+                    _script(c, _SCHEMA + _SCHEMA_V2)
                     c.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                     version = SCHEMA_VERSION
                 c.execute("COMMIT")
             except BaseException:
                 c.execute("ROLLBACK")
                 raise
+        if version == 1:  # upgrade in place: version 2 only adds a table
+            with self._write() as w:
+                if w.execute("PRAGMA user_version").fetchone()[0] == 1:
+                    _script(w, _SCHEMA_V2)
+                    w.execute("PRAGMA user_version = 2")
+            version = c.execute("PRAGMA user_version").fetchone()[0]
         if version != SCHEMA_VERSION:
             newer = "a newer" if version > SCHEMA_VERSION else "an unknown older"
             raise EdgepackError(
@@ -244,6 +262,13 @@ class TuningDB:
                 if merged != stored:
                     c.execute("UPDATE workloads SET dynamic_dims = ? WHERE id = ?", (canonical_json(merged), row[0]))
         return self._workload_by_key(key)
+
+    def find_workload(self, op: str, static_dims: Mapping[str, int], dtype: str, board: str) -> Workload | None:
+        """The workload if it was ever recorded (never creates one)."""
+        key = workload_key(op, static_dims, dtype, board)
+        with self._lock:
+            found = self._conn.execute("SELECT 1 FROM workloads WHERE key = ?", (key,)).fetchone()
+        return self._workload_by_key(key) if found else None
 
     def _workload_by_key(self, key: str) -> Workload:
         with self._lock:
@@ -365,6 +390,26 @@ class TuningDB:
         with self._lock, self._write() as c:
             c.execute("UPDATE runs SET finished = ? WHERE id = ?", (time.time(), run))
 
+    # -- selections ------------------------------------------------------------------------------------
+    def save_selection(self, workload: Workload, dims: Mapping[str, Sequence[int]], choice: Mapping[str, Any],
+                       run: int | None = None) -> None:
+        """Record what tuning chose for `workload` over `dims` (name -> (lo, hi))."""
+        with self._lock, self._write() as c:
+            c.execute("INSERT INTO selections (workload_id, run_id, dims, choice, created) VALUES (?, ?, ?, ?, ?)",
+                      (workload.id, run, canonical_json({k: [int(v[0]), int(v[1])] for k, v in dims.items()}),
+                       canonical_json(dict(choice)), time.time()))
+
+    def selection(self, workload: Workload, dims: Mapping[str, Sequence[int]]) -> dict | None:
+        """The newest selection whose dim ranges contain `dims`' ranges, or None."""
+        with self._lock:
+            rows = self._conn.execute("SELECT dims, choice FROM selections WHERE workload_id = ? ORDER BY id DESC",
+                                      (workload.id,)).fetchall()
+        for d, ch in rows:
+            have = json.loads(d)
+            if all(k in have and have[k][0] <= lo and hi <= have[k][1] for k, (lo, hi) in dims.items()):
+                return json.loads(ch)
+        return None
+
     def runs(self) -> list[dict]:
         with self._lock:
             rows = self._conn.execute("SELECT id, model, started, finished, trials, board FROM runs ORDER BY id")
@@ -395,6 +440,12 @@ class _Transaction:
             self.c.execute("COMMIT")
         else:
             self.c.execute("ROLLBACK")
+
+
+def _script(c: sqlite3.Connection, sql: str) -> None:
+    for stmt in sql.split(";"):
+        if stmt.strip():
+            c.execute(stmt)
 
 
 def _shape(shape: Mapping[str, int]) -> dict[str, int]:

@@ -18,6 +18,7 @@ from ..schedule.dense import DenseTiles
 
 ROW_TILES = (1, 2, 4, 8, 16)
 UNROLL_K = (1, 2, 4)
+SMALL_M = 4  # row tiles up to this also come in the GEMV-like family that parallelises over columns
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,15 @@ def candidates(task: DenseTask, hw: Hardware) -> list[DenseTiles]:
             for u in UNROLL_K:
                 if task.k % u == 0:
                     out.append(DenseTiles(rows=r, cols=c, unroll_k=u))
+                    if hw.cores > 1 and r <= SMALL_M:  # the small-M family: cores split the columns too
+                        out.append(DenseTiles(rows=r, cols=c, unroll_k=u, par_cols=True))
     return out
+
+
+def parallel_tiles(task: DenseTask, tiles: DenseTiles, rows: int) -> int:
+    """g: the parallel loop's extent on `rows` rows (row tiles, times column tiles for the small-M family)."""
+    g = math.ceil(rows / tiles.rows)
+    return g * (task.n // tiles.cols) if tiles.par_cols else g
 
 
 def adaptation(task: DenseTask, tiles: DenseTiles, rows: int, cores: int) -> float:
@@ -68,8 +77,8 @@ def adaptation(task: DenseTask, tiles: DenseTiles, rows: int, cores: int) -> flo
     spread over the cores (1 on a single-core board).
     """
     pad = rows / (math.ceil(rows / tiles.rows) * tiles.rows)
-    tiles_n = math.ceil(rows / tiles.rows)
-    occ = 1.0 if cores <= 1 else tiles_n / (math.ceil(tiles_n / cores) * cores)
+    g = parallel_tiles(task, tiles, rows)
+    occ = 1.0 if cores <= 1 else g / (math.ceil(g / cores) * cores)
     return pad * occ
 
 
@@ -80,7 +89,7 @@ def best_fit_rows(task: DenseTask, tiles: DenseTiles, cores: int) -> int:
 
 
 FEATURE_NAMES = ("log2_rows", "log2_cols", "log2_unroll_k", "accumulators", "cols_over_lanes", "log2_n",
-                 "log2_k", "n_col_tiles", "bytes_w_per_tile_kb", "arith_intensity")
+                 "log2_k", "n_col_tiles", "bytes_w_per_tile_kb", "arith_intensity", "par_cols")
 
 
 def features(task: DenseTask, tiles: DenseTiles, hw: Hardware) -> np.ndarray:
@@ -90,4 +99,4 @@ def features(task: DenseTask, tiles: DenseTiles, hw: Hardware) -> np.ndarray:
     intensity = 2.0 * tiles.rows * tiles.cols / (4.0 * (tiles.rows + tiles.cols))
     return np.array([math.log2(tiles.rows), math.log2(tiles.cols), math.log2(tiles.unroll_k), acc,
                      tiles.cols / hw.lanes, math.log2(task.n), math.log2(task.k), task.n // tiles.cols,
-                     w_bytes / 1024.0, intensity], dtype=np.float64)
+                     w_bytes / 1024.0, intensity, float(tiles.par_cols)], dtype=np.float64)

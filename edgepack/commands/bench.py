@@ -1,0 +1,124 @@
+"""`edgepack bench BUNDLE --board B --sizes seq=1,8,32 -o run.json`: time a built package on a board, size by
+size, through the board's Device (local, SSH, serial), optionally beside onnxruntime; writes a bench result
+(edgepack/report/schema.py) for `edgepack report`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from ..errors import EdgepackError
+
+
+class BenchError(EdgepackError):
+    """The bench command was asked for something it cannot measure."""
+
+
+def _baseline_model(bundle, model: str | None) -> Path:
+    """The ONNX file the package was built from: --model, or a bundled example with the same sha256."""
+    from ..codegen.bundle import sha256
+    from ..examples import EXAMPLES
+
+    want = bundle.manifest["model"].get("sha256")
+    if model is None:
+        found = next((e.path for e in EXAMPLES.values() if e.exists() and sha256(e.path) == want), None)
+        if found is None:
+            raise BenchError("--baseline onnxruntime needs the model the package was built from: add --model M.onnx")
+        return found
+    p = Path(model)
+    if not p.is_file():
+        raise BenchError(f"--model '{p}' does not exist; pass the .onnx file the package was built from")
+    if want and sha256(p) != want:
+        raise BenchError(f"--model '{p}' is not the model package '{bundle.name}' was built from (sha256 differs); "
+                         f"pass {bundle.manifest['model']['source']}")
+    return p
+
+
+def _open_baseline(a, bundle, board):
+    if a.baseline is None:
+        return None
+    kind = board.transport.get("kind", "local")
+    if kind != "local":
+        raise BenchError(f"--baseline onnxruntime runs onnxruntime on this machine, so it needs a local board "
+                         f"(--board host); board '{board.name}' is reached over {kind}")
+    from ..report.baseline import OrtBaseline
+
+    # 1 thread (the single-core comparison) and the board's cores (what edgepack uses by default), whatever
+    # --threads says, so runs with different --threads have the same baselines
+    return OrtBaseline(_baseline_model(bundle, a.model), [1, board.target.cores])
+
+
+def _print_summary(sizes) -> None:
+    for s in sizes:
+        st = s.stats
+        line = (f"{s.label():24} median {st.median / 1e3:10.1f} us  p10-p90 {st.p10 / 1e3:.1f}-{st.p90 / 1e3:.1f} us"
+                f"  spread {st.spread:5.1%}  n={st.n}")
+        for k, b in s.baselines.items():
+            word = "faster" if b.speedup >= 1 else "slower"
+            line += f" | {k} {b.stats.median / 1e3:.1f} us: x{b.speedup:.2f} {word}"
+        print(line)
+
+
+def _cmd(a: argparse.Namespace) -> int:
+    from ..board import load_board
+    from ..codegen.bundle import Bundle
+    from ..deploy.device import connection_for, open_device
+    from ..report import grid, runner
+    from ..report.machine import device_facts
+    from ..report.schema import Run, save_run
+
+    bundle = Bundle.open(a.bundle)
+    built_for = bundle.manifest["board"]["name"]
+    board = load_board(a.board or built_for)
+    if board.name != built_for:
+        raise BenchError(f"package '{a.bundle}' was built for board '{built_for}', not '{board.name}'; "
+                         f"bench it with --board {built_for} or rebuild it with --board {board.name}")
+    sizes = grid.grid(bundle.manifest, grid.parse_sizes(a.sizes))
+    settings = runner.settings_from_board(board, a.warmup, a.repeat, a.min_time, a.threads, a.profile)
+    rounds = a.rounds or (3 if a.baseline else 1)
+    baseline = _open_baseline(a, bundle, board)
+    conn = connection_for(board, host=a.host, user=a.user, key=a.key, port=a.port, serial=a.serial)
+    device = open_device(board, conn)
+    try:
+        device.install(bundle)
+        results = runner.measure(device, bundle, sizes, settings, rounds, baseline, board.timing.cooldown_ms)
+        facts = device_facts(device, board)
+    finally:
+        device.close()
+    run = Run(created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), command=["edgepack", *sys.argv[1:]],
+              package=runner.package_facts(bundle), machine=facts,
+              settings=runner.settings_dict(settings, rounds, board.timing.cooldown_ms),
+              memory=dict(bundle.manifest["memory"]), baseline=baseline.info() if baseline else None, sizes=results)
+    _print_summary(results)
+    print(f"wrote {save_run(run, a.output)}  (view: edgepack report {a.output} -o report.html)")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bench", help="time a built package on a board, size by size -> JSON for `edgepack report`")
+    p.add_argument("bundle", help="the package directory (from `edgepack build`)")
+    p.add_argument("--board", help="board name (default: the board the package was built for)")
+    p.add_argument("--sizes", action="append", metavar="NAME=V1,V2,...",
+                   help="values of one dim (repeat per dim; grid = product; unnamed dims take their minimum; "
+                        "default: a few sizes across each range)")
+    p.add_argument("--warmup", type=int, help="untimed runs per size (default: the board's [timing] warmup)")
+    p.add_argument("--repeat", type=int, help="timed runs per size (default: the board's [timing] repeat)")
+    p.add_argument("--min-time", type=int, metavar="MS",
+                   help="keep timing until this many ms per size (default: the board's [timing] min_repeat_ms)")
+    p.add_argument("--threads", type=int, help="worker threads (default: the board's cores)")
+    p.add_argument("--profile", action="store_true",
+                   help="also time every kernel call (builds the package's bench_profile program on first use)")
+    p.add_argument("--rounds", type=int, help="alternating rounds per size (default: 3 with --baseline, else 1)")
+    p.add_argument("--baseline", choices=["onnxruntime"], help="also time onnxruntime (CPU, 1 thread and the "
+                   "board's cores) on the same model and sizes, interleaved (local boards)")
+    p.add_argument("--model", help="the .onnx the package was built from (for --baseline; bundled examples are found)")
+    p.add_argument("-o", "--output", default="run.json", help="bench result file (default: run.json)")
+    g = p.add_argument_group("connection (boards reached over SSH or serial)")
+    g.add_argument("--host", help="board address (default: a running stand-in's)")
+    g.add_argument("--user", help="SSH user")
+    g.add_argument("--key", help="SSH private key file")
+    g.add_argument("--port", type=int, help="SSH port")
+    g.add_argument("--serial", help="serial port or pyserial URL of a microcontroller board")
+    p.set_defaults(fn=_cmd)

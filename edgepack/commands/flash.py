@@ -1,0 +1,84 @@
+"""`edgepack flash BUNDLE --board B --host H`: install a package on a Linux board over SSH (or roll it back).
+
+Also holds the connection flags shared by the commands that reach a board (run, flash, rpc-server).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_connection_args(p: argparse.ArgumentParser, board_required: bool = False) -> None:
+    p.add_argument("--board", required=board_required,
+                   help="board name from boards/*.toml" + ("" if board_required else " (default: the package's board)"))
+    p.add_argument("--host", help="the board's address (default: the board's running stand-in, if any)")
+    p.add_argument("--user", help="SSH user (default: the board file's [ssh] user, else yours)")
+    p.add_argument("--key", help="SSH private key file (default: ssh-agent and ~/.ssh keys)")
+    p.add_argument("--port", type=int, help="SSH port (default: the board file's, else 22)")
+    p.add_argument("--accept-new-host-key", action="store_true",
+                   help="trust and save an unknown host key (default: refuse hosts not in known_hosts)")
+
+
+def connection_from_args(a: argparse.Namespace, board):
+    from ..deploy.device import connection_for
+
+    kw = dict(port=a.port, user=a.user, key=a.key, accept_new_host_key=a.accept_new_host_key or None)
+    conn = connection_for(board, host=a.host, **kw)
+    if a.accept_new_host_key and not conn.accept_new_host_key:  # a saved stand-in connection: keep the flag
+        import dataclasses
+
+        conn = dataclasses.replace(conn, accept_new_host_key=True)
+    return conn
+
+
+def board_for(a: argparse.Namespace, manifest: dict | None):
+    from ..board import load_board
+
+    return load_board(a.board or (manifest or {}).get("board", {}).get("name") or "host")
+
+
+def _ssh_device(board, a: argparse.Namespace):
+    from ..deploy.device import open_device
+    from ..errors import BoardError
+
+    if board.transport.get("kind") != "ssh":
+        raise BoardError(f"board '{board.name}' is not reached over SSH (transport '{board.transport.get('kind', 'local')}'); "
+                         "`edgepack flash` installs on Linux boards (rpi4, qemu-aarch64, ...)")
+    return open_device(board, connection_from_args(a, board))
+
+
+def _cmd(a: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ..codegen.bundle import Bundle
+    from ..deploy.ssh import check_board
+
+    is_bundle = (Path(a.bundle) / "manifest.json").exists()
+    bundle = Bundle.open(a.bundle) if is_bundle or not a.rollback else None
+    board = board_for(a, bundle.manifest if bundle else None)
+    if bundle is not None:
+        check_board(bundle, board)  # before connecting: a package for another board is never sent
+    dev = _ssh_device(board, a)
+    try:
+        if a.rollback:
+            print(f"rolled back: {dev.rollback(bundle.name if bundle else a.bundle)} on {dev.t.where}")
+            return 0
+        path = dev.install(bundle)
+        r, state = dev.last_flash, dev.installed(bundle.name)
+    finally:
+        dev.close()
+    print(f"flashed '{bundle.name}' version {r.version} to {dev.t.where}: {path}")
+    print(f"  {r.uploaded} file(s) sent ({r.bytes_sent / 1e6:.2f} MB), {r.reused} already there, "
+          f"sha256 verified on the board, {r.seconds:.1f} s")
+    if state["previous"]:
+        print(f"  previous version kept ({state['previous']}); restore it with "
+              f"`edgepack flash {a.bundle} --board {board.name} --rollback`")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("flash", help="install a package on a Linux board over SSH (verified, atomic, with rollback)")
+    p.add_argument("bundle", help="the package directory (with --rollback: or the package name)")
+    add_connection_args(p)
+    p.add_argument("--rollback", action="store_true", help="make the previously installed version current again")
+    p.set_defaults(fn=_cmd)

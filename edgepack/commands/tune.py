@@ -1,0 +1,87 @@
+"""`edgepack tune MODEL --board B --dim seq=1:256 --trials 400 [--db tuning.db] [--samples 8|all|hist.json]`"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+
+def _endpoint(text: str | None, flag: str) -> tuple[str, int] | None:
+    from ..errors import EdgepackError
+
+    if text is None:
+        return None
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit():
+        raise EdgepackError(f"{flag} {text}: expected HOST:PORT, e.g. {flag} 127.0.0.1:9190")
+    return host, int(port)
+
+
+def _measurer(a, board, stack):
+    """The board's RPC endpoint from the flags; the host board gets its own tracker and server on loopback."""
+    from ..errors import EdgepackError
+    from ..tune.rpc import LocalRPC, Measurer
+
+    tracker, server = _endpoint(a.tracker, "--tracker"), _endpoint(a.server, "--server")
+    if tracker and server:
+        raise EdgepackError("give --tracker or --server, not both")
+    if tracker:
+        return stack.enter_context(Measurer(board, tracker=tracker, key=a.key))
+    if server:
+        return stack.enter_context(Measurer(board, server=server, key=a.key or ""))
+    if board.transport.get("kind", "local") != "local":
+        raise EdgepackError(f"board '{board.name}' runs kernels elsewhere: give its RPC tracker with "
+                            "--tracker HOST:PORT (or a server with --server HOST:PORT)")
+    farm = stack.enter_context(LocalRPC(key=board.rpc_key, servers=1))
+    print(f"measuring on this machine through a local RPC tracker {farm.tracker_host}:{farm.tracker_port}")
+    return stack.enter_context(Measurer.local(board, farm))
+
+
+def _cmd(a: argparse.Namespace) -> int:
+    from contextlib import ExitStack
+    from pathlib import Path
+
+    from ..board import load_board
+    from ..errors import EdgepackError
+    from ..model.onnx_load import parse_dim_args
+    from ..pipeline import prepare
+    from ..tune.tuner import TuneOptions, tune_model
+
+    if a.trials < 1:
+        raise EdgepackError(f"--trials {a.trials}: the budget must be at least 1 trial")
+    board = load_board(a.board)
+    ranges = parse_dim_args(a.dim)
+    prepare(Path(a.model), ranges)  # bad input is reported before RPC servers start
+    opts = TuneOptions(trials=a.trials, samples=a.samples, max_kernels=a.max_kernels, batch=a.batch,
+                       progress=not a.no_progress)
+    with ExitStack() as stack:
+        rep = tune_model(a.model, board, ranges, a.db, _measurer(a, board, stack), opts)
+    print(f"tuned {rep.model} on board '{rep.board}' in {rep.seconds:.0f} s: {rep.measured} measurements "
+          f"({rep.failed} failed), {rep.reused} reused from {rep.db}")
+    err = "n/a (too few measurements)" if math.isnan(rep.cost_model_error) else f"{100 * rep.cost_model_error:.0f}%"
+    print(f"  cost model: median error {err} on held-back measurements")
+    for t in rep.tasks:
+        tiles = ", ".join(f"{m.rows}x{m.cols}" + ("p" if m.par_cols else "") for m in t.mains)
+        geo = math.exp(sum(math.log(p / m) for p, m in zip(t.predicted_s, t.measured_s)) / len(t.measured_s))
+        print(f"  {t.task}: {len(t.mains)} kernels [{tiles}] edge 1x{t.edge.cols}, {t.trials} trials, "
+              f"predicted/measured {geo:.2f} (geomean over {len(t.samples.values)} samples)")
+    print(f"build with it: edgepack build {a.model} --board {board.name} "
+          + " ".join(f"--dim {d}" for d in (a.dim or [])) + f" --db {a.db}")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("tune", help="tune shape-generic kernels for a model on a board (measured on the board)")
+    p.add_argument("model", help="the .onnx file")
+    p.add_argument("--board", default="host", help="board name (default: host)")
+    p.add_argument("--dim", action="append", metavar="NAME=MIN:MAX", help="range of a dynamic dim (repeatable)")
+    p.add_argument("--trials", type=int, default=400, help="measured trials for the whole model (default: 400)")
+    p.add_argument("--db", default="tuning.db", help="tuning database, created or resumed (default: tuning.db)")
+    p.add_argument("--samples", default="8", help="shapes to tune for: a count, 'all', or a histogram .json")
+    p.add_argument("--max-kernels", type=int, help="micro-kernels per layer (default: the board's tune.max_kernels)")
+    p.add_argument("--batch", type=int, help="candidates measured per round (default: the board's tune.batch)")
+    p.add_argument("--tracker", metavar="HOST:PORT", help="RPC tracker the board's servers register with")
+    p.add_argument("--server", metavar="HOST:PORT", help="a single RPC server (no tracker)")
+    p.add_argument("--key", help="RPC key (default: the board's rpc key)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(fn=_cmd)

@@ -1,0 +1,65 @@
+"""A Markdown summary of one or more runs, for pasting into a pull request."""
+
+from __future__ import annotations
+
+from .compare import fmt_ratio, fmt_time, pairs, run_labels
+from .schema import Run
+
+
+def describe(run: Run) -> str:
+    p, m = run.package, run.machine
+    dims = ", ".join(f"{d['name']} {d['min']}..{d['max']}" for d in p["dims"]) or "no dynamic dims"
+    clock = f", {m['clock_mhz']:.0f} MHz" if m.get("clock_mhz") else ""
+    tuned = "tuned" + (f" (database {p['database_id']})" if p.get("database_id") else "") if p["tuned"] else "untuned"
+    return (f"{p['model']['name']} ({dims}) on board {m['board']}: {m['cpu']}, {m.get('cores') or '?'} cores{clock}, "
+            f"{m['os']}; edgepack {p['edgepack_version']}, TVM {p['tvm_version']}, {tuned}; measured {run.created}")
+
+
+def size_rows(run: Run) -> tuple[list[str], list[list[str]]]:
+    """The figures table of one run (shared with the HTML report)."""
+    base = list(dict.fromkeys(k for s in run.sizes for k in s.baselines))
+    head = ["size", "median", "p10-p90", "min", "max", "spread", "n", "threads"]
+    head += [h for k in base for h in (k, f"vs {k}")]
+    rows = []
+    for s in run.sizes:
+        st, u = s.stats, s.unit
+        row = [s.label(), fmt_time(st.median, u), f"{fmt_time(st.p10, u)} - {fmt_time(st.p90, u)}",
+               fmt_time(st.min, u), fmt_time(st.max, u), f"{st.spread:.1%}", str(st.n), str(s.threads or "")]
+        for k in base:
+            b = s.baselines.get(k)
+            row += [fmt_time(b.stats.median), fmt_ratio(b.speedup)] if b else ["", ""]
+        rows.append(row)
+    return head, rows
+
+
+def comparison_rows(new: Run, old: Run, new_label: str, old_label: str) -> tuple[list[str], list[list[str]]]:
+    head = ["size", new_label, old_label, f"{new_label} vs {old_label}"]
+    rows = [[p.new.label(), fmt_time(p.new.stats.median, p.new.unit), fmt_time(p.old.stats.median, p.old.unit),
+             fmt_ratio(p.speedup)] for p in pairs(new, old)]
+    return head, rows
+
+
+def memory_line(run: Run) -> str:
+    m = run.memory
+    return (f"arena {m['arena_bytes']:,} B (tensors {m.get('tensor_bytes', 0):,} B + workspace), "
+            f"weights {m['weights_bytes']:,} B, code {m['code_bytes']:,} B")
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def markdown(runs: list[Run]) -> str:
+    labels = run_labels(runs)
+    out = ["## edgepack bench report", ""]
+    for run, label in zip(runs, labels):
+        out += [f"### {label}", "", describe(run) + ".", "", f"Memory: {memory_line(run)}.", ""]
+        if run.baseline:
+            b = run.baseline
+            out += [f"Baseline: onnxruntime {b['version']} ({b.get('provider', 'CPU')}, threads "
+                    f"{', '.join(map(str, b['threads']))}), interleaved with edgepack in the same run; "
+                    "\"vs\" = onnxruntime median / edgepack median.", ""]
+        out += _table(*size_rows(run)) + [""]
+    for other, label in zip(runs[1:], labels[1:]):
+        out += [f"### {labels[0]} vs {label}", ""] + _table(*comparison_rows(runs[0], other, labels[0], label)) + [""]
+    return "\n".join(out)

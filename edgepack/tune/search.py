@@ -1,0 +1,206 @@
+"""Joint search for one task over all its samples (DIETCODE.md section 3).
+
+Every round proposes a batch of micro-kernels by evolution under the shared cost model: fitness is the
+weighted latency the samples would have if the kernel joined the best kernels found so far, mutation picks a
+sample (by its weighted current latency) and moves one tile factor in the direction that suits it. Each trial
+is measured on the instance the kernel fits best. After the budget, a shortlist (cover of the predicted
+matrix plus each sample's predicted best) is verified: every (sample, kernel) pair is measured as the package
+will run it (main kernel on the whole tiles, edge kernel on the remainder), and the final cover of at most K
+kernels is taken from those measured numbers. The dispatcher is fitted on the result.
+
+Shapes are recorded in the database as {"m": rows}: a dense workload's only dynamic extent, whatever the
+model calls its dim, so models with the same layer share measurements.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..schedule.dense import DenseTiles
+from .cost_model import CostModel, Observation
+from .cover import greedy_cover
+from .samples import Samples
+from .space import Hardware, best_fit_rows, candidates
+from .tasks import TuneTask
+
+GENERATIONS = 3
+EPSILON = 0.2  # share of each batch spent on random untried kernels (keeps the model honest)
+
+
+def config(t: DenseTiles) -> dict:
+    return dataclasses.asdict(t)
+
+
+def tiles_of(cfg: dict) -> DenseTiles:
+    return DenseTiles(**{k: cfg[k] for k in ("rows", "cols", "unroll_k", "par_cols") if k in cfg})
+
+
+def shape(rows: int) -> dict:
+    return {"m": int(rows)}
+
+
+@dataclass
+class TaskResult:
+    task: str
+    mains: list[DenseTiles]
+    edge: DenseTiles
+    samples: Samples
+    assign: list[int]  # per sample: index into mains
+    measured_s: list[float]  # per sample: measured latency on its kernel (main + edge)
+    predicted_s: list[float]  # per sample: what the model predicted for that pair
+    best_trial_s: list[float]  # per sample: best measured single kernel among the verified shortlist
+    trials: int  # trial kernels measured for this task (over all runs)
+    verified: int  # (kernel, rows) pairs measured in verification
+
+
+@dataclass
+class TaskSearch:
+    task: TuneTask
+    samples: Samples
+    hw: Hardware
+    model: CostModel
+    seed: int = 0
+    known: dict = field(default_factory=dict)  # (tiles, rows) -> seconds, or None when it failed
+    rng: random.Random = field(init=False)
+
+    def __post_init__(self):
+        self.rng = random.Random(self.seed)
+        self.space = [t for t in candidates(self.task.dense, self.hw) if self.task.runs(t)]
+        self._space_set = set(self.space)
+
+    # -- what is known ---------------------------------------------------------------------------------
+    def load(self, records) -> None:
+        """Take every stored measurement of the workload (resume, or records from another model)."""
+        obs = []
+        for r in records:
+            t, rows = tiles_of(r.config), int(r.shape.get("m", 0))
+            self.known[(t, rows)] = r.median_s
+            if r.median_s is not None and self.task.dense.lo <= rows <= self.task.dense.hi:
+                obs.append(Observation(self.task.dense, t, rows, r.median_s))
+        self.model.observe(obs)
+
+    def trial_rows(self, t: DenseTiles) -> int:
+        return best_fit_rows(self.task.dense, t, self.hw.cores)
+
+    def tried(self, t: DenseTiles) -> bool:
+        return (t, self.trial_rows(t)) in self.known
+
+    def trials_done(self) -> int:
+        return sum(self.tried(t) for t in self.space)
+
+    def record(self, pairs: list[tuple[DenseTiles, int]], latencies: list[float | None]) -> None:
+        obs = []
+        for (t, rows), lat in zip(pairs, latencies):
+            self.known[(t, rows)] = lat
+            if lat is not None:
+                obs.append(Observation(self.task.dense, t, rows, lat))
+        self.model.observe(obs)
+
+    # -- proposing -------------------------------------------------------------------------------------
+    def _predict(self, tiles: list[DenseTiles]) -> np.ndarray:
+        """[samples x tiles] predicted seconds."""
+        return np.stack([self.model.predict_latency(self.task.dense, tiles, s) for s in self.samples.values])
+
+    def _current_best(self) -> np.ndarray:
+        good = [t for t in self.space if self.known.get((t, self.trial_rows(t))) is not None]
+        if not good:
+            return np.full(len(self.samples.values), np.inf)
+        return self._predict(good).min(axis=1)
+
+    def propose(self, n: int) -> list[DenseTiles]:
+        untried = [t for t in self.space if not self.tried(t)]
+        if len(untried) <= n:
+            return untried
+        w = np.array(self.samples.weights)
+        best = self._current_best()
+
+        def fitness(ts: list[DenseTiles]) -> np.ndarray:  # weighted latency of the set with each kernel added
+            return (w[:, None] * np.minimum(best[:, None], self._predict(ts))).sum(axis=0)
+
+        pop = sorted(self.space, key=lambda t: fitness([t])[0])[:max(8, n)]
+        for _ in range(GENERATIONS):
+            kids = [self._mutate(p, best, w) for p in pop]
+            merged = list(dict.fromkeys(pop + [k for k in kids if k is not None]))
+            scores = fitness(merged)
+            pop = [merged[i] for i in np.argsort(scores, kind="stable")[:max(8, n)]]
+        ranked = [t for t in pop if not self.tried(t)]
+        ranked += [t for t in sorted(untried, key=lambda t: fitness([t])[0]) if t not in ranked]
+        n_rand = max(1, int(EPSILON * n)) if n > 1 else 0
+        picks = ranked[:n - n_rand]
+        rest = [t for t in untried if t not in picks]
+        return picks + self.rng.sample(rest, min(n_rand, len(rest)))
+
+    def _mutate(self, t: DenseTiles, best: np.ndarray, w: np.ndarray) -> DenseTiles | None:
+        """Move one tile factor; a small sample pulls the row tile down, a large one up."""
+        mass = w * np.where(np.isfinite(best), best, 1.0)
+        s = self.rng.choices(self.samples.values, weights=list(mass) if mass.sum() > 0 else None)[0]
+        cols = sorted({c.cols for c in self.space})
+        axis = self.rng.choice(["rows", "cols", "unroll_k", "par_cols"])
+        if axis == "rows":
+            new = dataclasses.replace(t, rows=t.rows // 2 if s < 2 * t.rows else t.rows * 2)
+        elif axis == "cols":
+            i = cols.index(t.cols) + self.rng.choice([-1, 1])
+            new = dataclasses.replace(t, cols=cols[i]) if 0 <= i < len(cols) else None
+        elif axis == "unroll_k":
+            new = dataclasses.replace(t, unroll_k=self.rng.choice([1, 2, 4]))
+        else:
+            new = dataclasses.replace(t, par_cols=not t.par_cols)
+        return new if new in self._space_set else None
+
+    # -- choosing --------------------------------------------------------------------------------------
+    def good_trials(self) -> list[DenseTiles]:
+        return [t for t in self.space if self.known.get((t, self.trial_rows(t))) is not None]
+
+    def shortlist(self, k_max: int) -> list[DenseTiles]:
+        """The kernels worth verifying: a predicted cover with k_max, plus each sample's predicted best."""
+        good = self.good_trials()
+        if not good:
+            return []
+        P = self._predict(good)
+        picks = greedy_cover(P, self.samples.weights, k_max=k_max).kernels
+        picks += [int(j) for j in P.argmin(axis=1)]
+        return [good[j] for j in dict.fromkeys(picks)][:2 * k_max]
+
+    def edge_tiles(self) -> DenseTiles:
+        """The row-tile-1 kernel for remainders: the best predicted over 1..7 leftover rows."""
+        ones = [t for t in self.good_trials() if t.rows == 1] or [t for t in self.space if t.rows == 1]
+        small = [r for r in range(1, 8) if r <= self.task.dense.hi] or [1]
+        pred = np.stack([self.model.predict_latency(self.task.dense, ones, r) for r in small]).sum(axis=0)
+        return ones[int(np.argmin(pred))]
+
+    def run_pairs(self, mains: list[DenseTiles], edge: DenseTiles) -> list[tuple[DenseTiles, int]]:
+        """(kernel, rows) pairs the verification needs: each main on each sample's whole tiles, and the edge
+        kernel on each remainder."""
+        pairs = []
+        for s in self.samples.values:
+            for t in mains:
+                whole, rest = s - s % t.rows, s % t.rows
+                pairs += [(t, whole)] if whole else []
+                pairs += [(edge, rest)] if rest else []
+        return list(dict.fromkeys(pairs))
+
+    def run_latency(self, t: DenseTiles, edge: DenseTiles, s: int) -> float:
+        whole, rest = s - s % t.rows, s % t.rows
+        parts = ([self.known.get((t, whole))] if whole else []) + ([self.known.get((edge, rest))] if rest else [])
+        return math.inf if any(p is None for p in parts) else float(sum(parts))
+
+    def choose(self, mains: list[DenseTiles], edge: DenseTiles, k_max: int, verified: int) -> TaskResult:
+        L = np.array([[self.run_latency(t, edge, s) for t in mains] for s in self.samples.values])
+        cover = greedy_cover(L, self.samples.weights, k_max=k_max)
+        if not cover.kernels:
+            raise RuntimeError("no kernel of the shortlist ran every sample")
+        chosen = [mains[j] for j in cover.kernels]
+        col = {j: i for i, j in enumerate(cover.kernels)}
+        assign = [col[int(a)] for a in cover.assign]
+        P = self._predict(chosen)
+        return TaskResult(
+            task=self.task.kernel, mains=chosen, edge=edge, samples=self.samples, assign=assign,
+            measured_s=[float(L[i, cover.kernels[a]]) for i, a in enumerate(assign)],
+            predicted_s=[float(P[i, a]) for i, a in enumerate(assign)],
+            best_trial_s=[float(v) for v in L.min(axis=1)],
+            trials=self.trials_done(), verified=verified)

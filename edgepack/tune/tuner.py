@@ -1,0 +1,224 @@
+"""Tune a whole model: split the trial budget among its tasks, run the joint searches round-robin through one
+shared cost model, verify, and record each task's kernel set and dispatcher in the database.
+
+`--trials` is the budget for the model. Each task gets a minimum, the rest follows its share of the model's
+work over the samples (FLOPs x calls, as MetaSchedule's task scheduler weighs tasks). Measurements already in
+the database count: an interrupted run resumes where it stopped, and a task another model already tuned on
+this board starts with everything that model measured.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..board import Board
+from ..errors import EdgepackError
+from .cost_model import CostModel, holdout_error
+from .db import TuningDB
+from .samples import Samples, make_samples
+from .search import TaskResult, TaskSearch, config, shape
+from .space import Hardware
+from .tasks import TuneTask, extract_tasks
+
+log = logging.getLogger("edgepack")
+
+OP = "dense"
+MIN_TRIALS = 4  # per task, before the budget is split by weight
+
+
+@dataclass
+class TuneOptions:
+    trials: int = 400
+    samples: str = "8"
+    max_kernels: int | None = None  # default: the board's [tune] max_kernels
+    batch: int | None = None  # kernels measured per round (default: the board's [tune] batch)
+    seed: int = 0
+    progress: bool = True
+
+
+@dataclass
+class TuneReport:
+    model: str
+    board: str
+    db: str
+    run: int
+    seconds: float
+    measured: int  # measurements made by this run (trials + verification)
+    failed: int  # of which failed (build error, crash, timeout)
+    reused: int  # measurements found in the database and not repeated
+    cost_model_error: float  # median relative error on held-back measurements
+    tasks: list[TaskResult] = field(default_factory=list)
+
+
+def hardware_of(board: Board) -> Hardware:
+    regs = 32 if board.target.vector_bits >= 512 or "aarch64" in board.target.triple else 16
+    return Hardware(lanes=board.vector_lanes_f32, registers=regs, cores=board.target.cores)
+
+
+def tune_setting(board: Board, key: str, default: int) -> int:
+    v = board.section("tune").get(key, default)
+    if not isinstance(v, int) or v < 1:
+        raise EdgepackError(f"board file {board.path}: key 'tune.{key}' must be a positive int, got {v!r}")
+    return v
+
+
+def split_budget(tasks: list[TuneTask], samples: dict[str, Samples], trials: int, space_sizes: list[int]) -> list[int]:
+    """Trials per task: a minimum each, the rest by weight (largest remainders), never above a task's space."""
+    base = [min(MIN_TRIALS, trials // max(1, len(tasks)), n) for n in space_sizes]
+    w = [sum(wi * t.weight(v) for v, wi in zip(samples[t.dim.name].values, samples[t.dim.name].weights))
+         for t in tasks]
+    left = max(0, trials - sum(base))
+    ideal = [left * wi / sum(w) for wi in w]
+    out = [b + int(x) for b, x in zip(base, ideal)]
+    for i in sorted(range(len(tasks)), key=lambda i: ideal[i] - int(ideal[i]), reverse=True)[:trials - sum(out)]:
+        out[i] += 1
+    return [min(o, n) for o, n in zip(out, space_sizes)]
+
+
+class Tuner:
+    def __init__(self, tasks: list[TuneTask], board: Board, db: TuningDB, measurer, opts: TuneOptions,
+                 model_name: str):
+        self.tasks, self.board, self.db, self.measurer, self.opts = tasks, board, db, measurer, opts
+        self.model_name = model_name
+        self.hw = hardware_of(board)
+        self.cost = CostModel(self.hw, seed=opts.seed)
+        self.k_max = opts.max_kernels or tune_setting(board, "max_kernels", 4)
+        self.batch = opts.batch or tune_setting(board, "batch", 8)
+        self.samples = {t.dim.name: make_samples(opts.samples, t.dim) for t in tasks}
+        self.measured = self.failed = self.reused = 0
+        self.searches: list[TaskSearch] = []
+        self.workloads = []
+        for i, t in enumerate(tasks):
+            wl = db.workload(OP, t.static_dims, t.dtype, board.name, {"m": [t.dense.lo, t.dense.hi]})
+            s = TaskSearch(t, self.samples[t.dim.name], self.hw, self.cost, seed=opts.seed + i)
+            s.load(db.measured(wl))
+            self.reused += len(s.known)
+            self.searches.append(s)
+            self.workloads.append(wl)
+        self.cost.fit()
+
+    def run(self) -> TuneReport:
+        t0 = time.perf_counter()
+        run = self.db.start_run(self.model_name, self.board.name, self.opts.trials)
+        budgets = split_budget(self.tasks, self.samples, self.opts.trials, [len(s.space) for s in self.searches])
+        bar = _progress(sum(budgets), sum(min(b, s.trials_done()) for b, s in zip(budgets, self.searches)),
+                        self.opts.progress)
+        try:
+            self._search(budgets, bar, run)
+            results = [self._verify(i, run, bar) for i in range(len(self.tasks))]
+        finally:
+            bar.close()
+        self.db.finish_run(run)
+        return TuneReport(self.model_name, self.board.name, str(self.db.path), run, time.perf_counter() - t0,
+                          self.measured, self.failed, self.reused, self._holdout(), results)
+
+    def _search(self, budgets: list[int], bar, run: int) -> None:
+        active = [i for i, s in enumerate(self.searches) if s.trials_done() < budgets[i]]
+        while active:
+            for i in list(active):
+                s = self.searches[i]
+                want = min(self.batch, budgets[i] - s.trials_done())
+                props = s.propose(want) if want > 0 else []
+                if not props:
+                    active.remove(i)
+                    continue
+                before = s.trials_done()
+                self._measure(i, [(t, s.trial_rows(t)) for t in props], run)
+                bar.update(s.trials_done() - before)
+                bar.set_postfix_str(self._status(i), refresh=False)
+                if s.trials_done() >= budgets[i]:
+                    active.remove(i)
+
+    def _verify(self, i: int, run: int, bar) -> TaskResult:
+        s = self.searches[i]
+        if not s.good_trials():
+            raise EdgepackError(f"every candidate of kernel {s.task.kernel} failed to build or run on board "
+                                f"'{self.board.name}'; see the log with -v, check the board's toolchain")
+        mains, edge = s.shortlist(self.k_max), s.edge_tiles()
+        pairs = s.run_pairs(mains, edge)
+        new = [p for p in pairs if p not in s.known]
+        bar.set_description_str(f"verifying {s.task.kernel}", refresh=True)
+        self._measure(i, new, run)
+        res = s.choose(mains, edge, self.k_max, len(new))
+        self.db.save_selection(self.workloads[i], {"m": [s.task.dense.lo, s.task.dense.hi]},
+                               selection_json(res), run=run)
+        return res
+
+    def _measure(self, i: int, pairs, run: int) -> None:
+        from .trial import main_variant_input
+
+        if not pairs:
+            return
+        s, par = self.searches[i], self.board.target.cores > 1
+        inputs = [main_variant_input(s.task.func, s.task.split, s.task.block, t, rows, parallel=par) for t, rows in pairs]
+        results = self.measurer.measure_batch(inputs)
+        self.db.add_batch(self.workloads[i], [(config(t), shape(rows), r.median_s, r.samples_s, r.error)
+                                              for (t, rows), r in zip(pairs, results)], run=run)
+        s.record(list(pairs), [r.median_s for r in results])
+        for (t, rows), r in zip(pairs, results):
+            if r.error:
+                log.info("%s %s on %d rows failed: %s", s.task.kernel, t, rows, r.error)
+        self.measured += len(results)
+        self.failed += sum(not r.ok for r in results)
+        self.cost.fit()
+
+    def _status(self, i: int) -> str:
+        s = self.searches[i]
+        good = [(s.known[(t, s.trial_rows(t))], t) for t in s.good_trials()]
+        if not good:
+            return s.task.kernel
+        lat, t = min(good)
+        pred = self.cost.predict_latency(s.task.dense, [t], s.trial_rows(t))[0]
+        return f"{s.task.kernel}: best {lat * 1e6:.1f} us measured, {pred * 1e6:.1f} predicted"
+
+    def _holdout(self) -> float:
+        """Fit a fresh model on 80% of the observations, report its error on the other 20%."""
+        obs = list(self.cost.observations)
+        random.Random(self.opts.seed).shuffle(obs)
+        cut = int(0.8 * len(obs))
+        if cut < 8 or cut == len(obs):
+            return float("nan")
+        m = CostModel(self.hw, seed=self.opts.seed)
+        m.observe(obs[:cut])
+        m.fit()
+        return holdout_error(m, obs[cut:])
+
+
+def selection_json(r: TaskResult) -> dict:
+    return {"mains": [config(t) for t in r.mains], "edge": config(r.edge), "samples": r.samples.to_json(),
+            "assign": r.assign, "measured_s": r.measured_s, "predicted_s": r.predicted_s}
+
+
+class _NoBar:
+    def update(self, n): pass
+    def set_postfix_str(self, s, refresh=True): pass
+    def set_description_str(self, s, refresh=True): pass
+    def close(self): pass
+
+
+def _progress(total: int, done: int, enabled: bool):
+    if not enabled:
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=done, desc="tuning", unit="trial", dynamic_ncols=True)
+
+
+def tune_model(model_path: str | Path, board: Board, dim_ranges: dict, db_path: str | Path, measurer,
+               opts: TuneOptions, name: str | None = None) -> TuneReport:
+    from ..model.plan import c_ident
+    from ..pipeline import lower_model, prepare
+
+    model_path = Path(model_path)
+    model, dims = prepare(model_path, dim_ranges)
+    name = name or c_ident(model_path.stem.lower())
+    tasks = extract_tasks(lower_model(name, model, dims), dims)
+    if not tasks:
+        raise EdgepackError(f"{model_path}: no kernel to tune (no dense/matmul layer whose rows follow a dynamic "
+                            "dim); build it untuned with `edgepack build`")
+    with TuningDB(db_path) as db:
+        return Tuner(tasks, board, db, measurer, opts, name).run()
