@@ -35,7 +35,11 @@ def _cmd_build(a: argparse.Namespace) -> int:
               + (f"; untuned: {', '.join(t['untuned'])}" if t["untuned"] else ""))
     print(f"  arena {r.arena_bytes:,} B (tensors {r.tensor_bytes:,} B, vs {r.sum_of_tensor_bytes:,} B unshared), "
           f"weights {r.weights_bytes:,} B, code {r.code_bytes:,} B")
-    if example is not None:
+    from .board import load_board
+
+    if example is not None and load_board(m["board"]["name"]).transport.get("kind", "local") != "local":
+        print(f"  not checked here (board {m['board']['name']} is remote): `edgepack run {r.bundle.path} ...` runs it there")
+    elif example is not None:
         from .check import check_against_onnxruntime
 
         sizes = [{d: lo for d, (lo, hi) in ranges.items()}, {d: (lo + hi) // 2 | 1 for d, (lo, hi) in ranges.items()}]

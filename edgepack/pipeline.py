@@ -18,6 +18,7 @@ from .board import Board, load_board
 from .codegen.bundle import (Bundle, commit, copy_runtime, make, sha256, stage_dir, write_makefile,
                              write_manifest)
 from .model import onnx_load
+from .mcu.config import is_mcu, mcu_config
 from .model.plan import DimRange, c_ident
 
 # TVM-dependent stages are imported inside the functions that use them: importing TVM takes seconds, and
@@ -60,9 +61,25 @@ def lower_model(name: str, model: onnx.ModelProto, dims: list[DimRange]):
     return lowered
 
 
+def tvm_target_for(board: Board):
+    """The board's TVM target; C-source boards get plain "c" (that kind takes no triple or core count)."""
+    if board.target.kind == "c":
+        import tvm
+
+        return tvm.target.Target({"kind": "c"})
+    return board.tvm_target()
+
+
 def schedules_for(board: Board):
     from .schedule.variants import Schedules
 
+    if board.target.kind == "c":  # no vectorize (FACTS.md) and no thread pool on these boards
+        import tvm
+
+        # DLight's CPU rules only act under an LLVM CPU target; their vectorized or parallel results are
+        # refused for C (generic_schedule), so a plain single-core one is enough
+        rules = tvm.target.Target({"kind": "llvm", "num-cores": 1})
+        return Schedules(vector_lanes=board.vector_lanes_f32, cores=1, target=rules, vectorize=False, parallel=False)
     return Schedules(vector_lanes=board.vector_lanes_f32, cores=board.target.cores, target=board.tvm_target())
 
 
@@ -74,6 +91,7 @@ def build_package(model_path: str | Path, board: Board | str = "host", dim_range
     model_path = Path(model_path)
     model, dims = prepare(model_path, dim_ranges or {})
     board = load_board(board) if isinstance(board, str) else board
+    mcu = mcu_config(board) if is_mcu(board) else None  # bad MCU settings fail before the heavy work
     from .codegen.emit_c import emit_package, layout_weights
     from .codegen.kernels import compile_kernels
     from .schedule.variants import make_variants
@@ -95,7 +113,8 @@ def build_package(model_path: str | Path, board: Board | str = "host", dim_range
 
     stage = stage_dir(out)
     try:
-        kobj = compile_kernels(impls, board.tvm_target(), stage / "kernels" / "kernels.o", dims)
+        kfile = "kernels.c" if board.target.kind == "c" else "kernels.o"
+        kobj = compile_kernels(impls, tvm_target_for(board), stage / "kernels" / kfile, dims)
         weights = layout_weights(plan)
         sources = emit_package(plan, impls, weights, kobj.workspace_per_thread, board.target.cores,
                                schedules.dispatchers)
@@ -106,11 +125,21 @@ def build_package(model_path: str | Path, board: Board | str = "host", dim_range
         (stage / "src" / "weights.bin").write_bytes(weights.blob)
         copy_runtime(stage, board.toolchain.platform)
         (stage / "programs" / "ep_package.h").write_text(_package_glue(name))
-        write_makefile(stage, name, board, "kernels/kernels.o")
+        if mcu:
+            from .mcu.firmware import write_firmware
+
+            fw_id = write_firmware(stage, name, board, mcu, len(plan.inputs) + len(plan.outputs), len(dims))
+        else:
+            write_makefile(stage, name, board, "kernels/kernels.o")
         plan_json = plan.to_json() | {"workspace_per_thread": kobj.workspace_per_thread,
                                       "max_threads": board.target.cores}
         (stage / "plan.json").write_text(_dumps(plan_json))
-        make(stage)
+        if mcu:
+            from .mcu.firmware import build_firmware
+
+            mem = build_firmware(stage, name, mcu)
+        else:
+            make(stage)
         code_bytes = _text_bytes(stage / f"lib{name}.a")
         manifest = {
             "edgepack_version": __version__,
@@ -130,6 +159,11 @@ def build_package(model_path: str | Path, board: Board | str = "host", dim_range
             "tuning": tuning,
             "build_host": platform.node(),
         }
+        if mcu:
+            from .mcu.firmware import firmware_manifest
+
+            manifest["memory"]["mcu"] = mem.to_json()
+            manifest["firmware"] = firmware_manifest(fw_id, mcu)
         manifest = write_manifest(stage, manifest)
         commit(stage, out)
     except BaseException:

@@ -65,6 +65,8 @@ def _cmd(a: argparse.Namespace) -> int:
         geo = math.exp(sum(math.log(p / m) for p, m in zip(t.predicted_s, t.measured_s)) / len(t.measured_s))
         print(f"  {t.task}: {len(t.mains)} kernels [{tiles}] edge 1x{t.edge.cols}, {t.trials} trials, "
               f"predicted/measured {geo:.2f} (geomean over {len(t.samples.values)} samples)")
+    if rep.skipped:
+        print(f"  not tunable on this board (row tiles would break alignment or registers): {', '.join(rep.skipped)}")
     print(f"build with it: edgepack build {a.model} --board {board.name} "
           + " ".join(f"--dim {d}" for d in (a.dim or [])) + f" --db {a.db}")
     return 0

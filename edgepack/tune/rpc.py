@@ -298,7 +298,8 @@ class LocalRPC:
         log_path = self._log_dir / f"{name}-{self._n_started}.log"
         with open(log_path, "wb") as f:
             popen = subprocess.Popen([self._python, "-m", *args], stdin=subprocess.DEVNULL, stdout=f,
-                                     stderr=subprocess.STDOUT, start_new_session=True, env=self._env)
+                                     stderr=subprocess.STDOUT, start_new_session=True, env=self._env,
+                                     preexec_fn=_die_with_parent)
         p = _Proc(popen, port, log_path)
         with self._lock:
             self._all.append(p)
@@ -380,6 +381,15 @@ def _tail(path: Path, n: int = 1) -> str:
     except OSError:
         return ""
     return " | ".join(lines[-n:])
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL it when the process that started it dies, even by SIGKILL (Linux
+    PR_SET_PDEATHSIG), so a killed tuner leaves no tracker or server behind."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
 
 
 def _kill_group(popen: subprocess.Popen, reap: bool = True) -> None:

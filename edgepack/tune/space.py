@@ -47,7 +47,7 @@ class Hardware:
 def candidates(task: DenseTask, hw: Hardware) -> list[DenseTiles]:
     """Every configuration of the space, in a stable order."""
     cols = sorted({c for m in (1, 2, 3, 4, 6, 8) for c in [m * hw.lanes] if c <= task.n and task.n % c == 0}
-                  | ({task.n} if task.n < hw.lanes else set()))
+                  | ({task.n} if task.n < hw.lanes else set())) or [_odd_width(task.n, hw.lanes)]
     row_cap = max(1.0, 1.1 * task.hi)
     out = []
     for c in cols:
@@ -61,6 +61,12 @@ def candidates(task: DenseTask, hw: Hardware) -> list[DenseTiles]:
                     if hw.cores > 1 and r <= SMALL_M:  # the small-M family: cores split the columns too
                         out.append(DenseTiles(rows=r, cols=c, unroll_k=u, par_cols=True))
     return out
+
+
+def _odd_width(n: int, lanes: int) -> int:
+    """N with no multiple of the vector width as a divisor (N = 10, 1000): the largest divisor up to four
+    vectors; LLVM vectorises it with a short tail, still with no predicate in the TIR."""
+    return max(d for d in range(1, min(n, 4 * lanes) + 1) if n % d == 0)
 
 
 def parallel_tiles(task: DenseTask, tiles: DenseTiles, rows: int) -> int:

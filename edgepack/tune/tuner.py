@@ -52,6 +52,7 @@ class TuneReport:
     reused: int  # measurements found in the database and not repeated
     cost_model_error: float  # median relative error on held-back measurements
     tasks: list[TaskResult] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # kernels with no micro-kernel space on this board
 
 
 def hardware_of(board: Board) -> Hardware:
@@ -82,7 +83,7 @@ def split_budget(tasks: list[TuneTask], samples: dict[str, Samples], trials: int
 class Tuner:
     def __init__(self, tasks: list[TuneTask], board: Board, db: TuningDB, measurer, opts: TuneOptions,
                  model_name: str):
-        self.tasks, self.board, self.db, self.measurer, self.opts = tasks, board, db, measurer, opts
+        self.tasks, self.board, self.db, self.measurer, self.opts = list(tasks), board, db, measurer, opts
         self.model_name = model_name
         self.hw = hardware_of(board)
         self.cost = CostModel(self.hw, seed=opts.seed)
@@ -92,13 +93,21 @@ class Tuner:
         self.measured = self.failed = self.reused = 0
         self.searches: list[TaskSearch] = []
         self.workloads = []
-        for i, t in enumerate(tasks):
-            wl = db.workload(OP, t.static_dims, t.dtype, board.name, {"m": [t.dense.lo, t.dense.hi]})
+        self.skipped = []  # kernels whose rows cannot be tiled on this board (alignment, registers): default schedule
+        for i, t in enumerate(list(tasks)):
             s = TaskSearch(t, self.samples[t.dim.name], self.hw, self.cost, seed=opts.seed + i)
+            if not s.space:
+                self.skipped.append(t.kernel)
+                self.tasks.remove(t)
+                continue
+            wl = db.workload(OP, t.static_dims, t.dtype, board.name, {"m": [t.dense.lo, t.dense.hi]})
             s.load(db.measured(wl))
             self.reused += len(s.known)
             self.searches.append(s)
             self.workloads.append(wl)
+        if not self.tasks:
+            raise EdgepackError(f"no kernel of {model_name} can be tiled on board '{board.name}' (skipped: "
+                                f"{', '.join(self.skipped)}); build it untuned with `edgepack build`")
         self.cost.fit()
 
     def run(self) -> TuneReport:
@@ -114,7 +123,7 @@ class Tuner:
             bar.close()
         self.db.finish_run(run)
         return TuneReport(self.model_name, self.board.name, str(self.db.path), run, time.perf_counter() - t0,
-                          self.measured, self.failed, self.reused, self._holdout(), results)
+                          self.measured, self.failed, self.reused, self._holdout(), results, self.skipped)
 
     def _search(self, budgets: list[int], bar, run: int) -> None:
         active = [i for i, s in enumerate(self.searches) if s.trials_done() < budgets[i]]
