@@ -72,6 +72,8 @@ class Board:
             cfg["mcpu"] = self.target.cpu
             if self.target.features:
                 cfg["mattr"] = list(self.target.features)
+            if self.sections.get("target", {}).get("float_abi"):  # 32-bit Arm: "hard" to match gnueabihf gcc
+                cfg["mfloat-abi"] = self.sections["target"]["float_abi"]
         return tvm.target.Target(cfg)
 
 

@@ -36,8 +36,8 @@ def _baseline_model(bundle, model: str | None) -> Path:
     return p
 
 
-def _open_baseline(a, bundle, board):
-    if a.baseline is None:
+def _open_baseline(model: Path | None, board):
+    if model is None:
         return None
     kind = board.transport.get("kind", "local")
     if kind != "local":
@@ -47,7 +47,7 @@ def _open_baseline(a, bundle, board):
 
     # 1 thread (the single-core comparison) and the board's cores (what edgepack uses by default), whatever
     # --threads says, so runs with different --threads have the same baselines
-    return OrtBaseline(_baseline_model(bundle, a.model), [1, board.target.cores])
+    return OrtBaseline(model, [1, board.target.cores])
 
 
 def _print_summary(sizes) -> None:
@@ -71,14 +71,16 @@ def _cmd(a: argparse.Namespace) -> int:
 
     bundle = Bundle.open(a.bundle)
     built_for = bundle.manifest["board"]["name"]
-    board = load_board(a.board or built_for)
-    if board.name != built_for:
-        raise BenchError(f"package '{a.bundle}' was built for board '{built_for}', not '{board.name}'; "
-                         f"bench it with --board {built_for} or rebuild it with --board {board.name}")
+    if a.board and a.board != built_for:
+        raise BenchError(f"package '{a.bundle}' was built for board '{built_for}', not '{a.board}'; "
+                         f"bench it with --board {built_for} or rebuild it with --board {a.board}")
+    # the user's mistakes first: loading a board can take seconds (TVM resolves "native" cpus)
     sizes = grid.grid(bundle.manifest, grid.parse_sizes(a.sizes))
+    model = _baseline_model(bundle, a.model) if a.baseline else None
+    board = load_board(built_for)
     settings = runner.settings_from_board(board, a.warmup, a.repeat, a.min_time, a.threads, a.profile)
     rounds = a.rounds or (3 if a.baseline else 1)
-    baseline = _open_baseline(a, bundle, board)
+    baseline = _open_baseline(model, board)
     conn = connection_for(board, host=a.host, user=a.user, key=a.key, port=a.port, serial=a.serial)
     device = open_device(board, conn)
     try:

@@ -37,14 +37,14 @@ def board_for(a: argparse.Namespace, manifest: dict | None):
     return load_board(a.board or (manifest or {}).get("board", {}).get("name") or "host")
 
 
-def _ssh_device(board, a: argparse.Namespace):
+def ssh_device(board, a: argparse.Namespace, conn=None):
     from ..deploy.device import open_device
     from ..errors import BoardError
 
     if board.transport.get("kind") != "ssh":
         raise BoardError(f"board '{board.name}' is not reached over SSH (transport '{board.transport.get('kind', 'local')}'); "
-                         "`edgepack flash` installs on Linux boards (rpi4, qemu-aarch64, ...)")
-    return open_device(board, connection_from_args(a, board))
+                         "use a Linux board (rpi4, qemu-aarch64, ...)")
+    return open_device(board, conn or connection_from_args(a, board))
 
 
 def _cmd(a: argparse.Namespace) -> int:
@@ -58,7 +58,7 @@ def _cmd(a: argparse.Namespace) -> int:
     board = board_for(a, bundle.manifest if bundle else None)
     if bundle is not None:
         check_board(bundle, board)  # before connecting: a package for another board is never sent
-    dev = _ssh_device(board, a)
+    dev = ssh_device(board, a)
     try:
         if a.rollback:
             print(f"rolled back: {dev.rollback(bundle.name if bundle else a.bundle)} on {dev.t.where}")

@@ -12,13 +12,13 @@ import re
 import shlex
 import time
 
-START_TIMEOUT_S = 120  # the aarch64 wheel takes ~16 s to start under emulation, a few s on a Pi
+START_TIMEOUT_S = 180  # the aarch64 wheel takes ~20-50 s to start under emulation (load-dependent), a few s on a Pi
 
 
-def _server_words(board, a: argparse.Namespace) -> list[str]:
+def _server_words(board, a: argparse.Namespace, python: str) -> list[str]:
     rpc = board.section("rpc")
     port = int(a.rpc_port or rpc.get("port", 9090))
-    words = [rpc.get("python", "python3"), "-m", "tvm.exec.rpc_server", "--host", a.bind or rpc.get("bind", "0.0.0.0"),
+    words = [python, "-m", "tvm.exec.rpc_server", "--host", a.bind or rpc.get("bind", "0.0.0.0"),
              "--port", str(port), "--port-end", str(port + 1)]  # exactly this port, not the next free one
     if a.tracker:
         words += ["--tracker", a.tracker, "--key", a.rpc_key or board.rpc_key]
@@ -26,13 +26,13 @@ def _server_words(board, a: argparse.Namespace) -> list[str]:
     return (["env", *env] if env else []) + words
 
 
-def _start(dev, board, a) -> str:
+def _start(dev, board, a, python: str) -> str:
     d = shlex.quote(dev.deploy_dir)
     running = _pid(dev)
     if running:
         return f"already running on {dev.t.where} (pid {running}); stop it with `edgepack rpc-server stop`"
     dev.must(f"mkdir -p {d} && cd {d} && rm -f rpc_server.log && "
-             f"{{ setsid {shlex.join(_server_words(board, a))} > rpc_server.log 2>&1 < /dev/null & echo $! > rpc_server.pid; }}",
+             f"{{ setsid {shlex.join(_server_words(board, a, python))} > rpc_server.log 2>&1 < /dev/null & echo $! > rpc_server.pid; }}",
              "starting the RPC server")
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -72,12 +72,15 @@ def _stop(dev) -> str:
 
 
 def _cmd(a: argparse.Namespace) -> int:
-    from .flash import _ssh_device, board_for
+    from .flash import board_for, connection_from_args, ssh_device
 
     board = board_for(a, None)
-    dev = _ssh_device(board, a)
+    conn = connection_from_args(a, board)
+    # a stand-in names its own emulated Python with TVM; a real board's is in its board file
+    python = conn.extra.get("rpc_python") or board.section("rpc").get("python", "python3")
+    dev = ssh_device(board, a, conn)
     try:
-        msg = {"start": lambda: _start(dev, board, a), "stop": lambda: _stop(dev),
+        msg = {"start": lambda: _start(dev, board, a, python), "stop": lambda: _stop(dev),
                "status": lambda: f"running on {dev.t.where} (pid {_pid(dev)})" if _pid(dev) else f"not running on {dev.t.where}"}[a.action]()
     finally:
         dev.close()

@@ -10,6 +10,7 @@ Every remote command is built from shlex-quoted words.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import json
@@ -104,8 +105,6 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
 
 
 def _b64(b: bytes) -> str:
-    import base64
-
     return base64.b64encode(b).decode().rstrip("=")
 
 
@@ -144,8 +143,12 @@ class SSHDevice:
     def __init__(self, board: Board, target: SSHTarget, progress=None):
         self.board, self.t, self.progress = board, target, progress
         self.client = connect(target)
-        self.sftp = self._guard(self.client.open_sftp, "opening SFTP")
-        self.deploy_dir = self._resolve(target.deploy_dir)
+        try:
+            self.sftp = self._guard(self.client.open_sftp, "opening SFTP")
+            self.deploy_dir = self._resolve(target.deploy_dir)
+        except BaseException:
+            self.client.close()
+            raise
         self.last_flash: FlashReport | None = None
 
     # --- plumbing -------------------------------------------------------------------------------------------
@@ -166,7 +169,10 @@ class SSHDevice:
         return self._guard(self._exec, f"running {cmd[:60]!r}", cmd, stdin, timeout)
 
     def _exec(self, cmd: str, stdin: bytes, timeout: float) -> tuple[int, str, str]:
-        chan = self.client.get_transport().open_session(timeout=CONNECT_TIMEOUT_S)
+        tr = self.client.get_transport()
+        if tr is None or not tr.is_active():
+            raise EOFError("the SSH connection is closed")
+        chan = tr.open_session(timeout=CONNECT_TIMEOUT_S)
         chan.settimeout(timeout)
         chan.exec_command(cmd)
         if stdin:
@@ -223,12 +229,12 @@ class SSHDevice:
 
     def _upload(self, bundle: Bundle, root: str, version: str, files: dict[str, str]) -> tuple[int, int, int]:
         stage, release = f"{root}/staging/{version}", f"{root}/releases/{version}"
-        dirs = sorted({str(Path(stage, rel).parent) for rel in files} | {f"{root}/releases", f"{root}/tmp"})
-        self.must(["mkdir", "-p", *dirs], "creating the staging folder")
         done = self._staged(stage, files)
         todo = [rel for rel in sorted(files) if rel not in done]
         need = sum((bundle.path / rel).stat().st_size for rel in todo)
-        self._check_space(root, need, stage)
+        self._check_space(root, need)  # before anything is created on the board
+        dirs = sorted({str(Path(stage, rel).parent) for rel in files} | {f"{root}/releases", f"{root}/tmp"})
+        self.must(["mkdir", "-p", *dirs], "creating the staging folder")
         for i, rel in enumerate(todo):
             self._put(bundle.path / rel, f"{stage}/{rel}", stage, need)
             if self.progress:
@@ -244,13 +250,20 @@ class SSHDevice:
         self.must(["sh", "-c", 'rm -rf "$2" && mv -T "$1" "$2"', "-", stage, release], "moving the upload in place")
         return len(todo), len(done), need
 
-    def _check_space(self, root: str, need: int, stage: str) -> None:
-        out = self.must(["df", "-Pk", root], "checking free space")
-        free = int(out.splitlines()[-1].split()[3]) * 1024
+    def _free_bytes(self, path: str) -> int:
+        nearest = 'd=$1; while [ ! -e "$d" ]; do d=$(dirname "$d"); done; df -Pk "$d"'  # path may not exist yet
+        out = self.must(["sh", "-c", nearest, "-", path], "checking free space")
+        return int(out.splitlines()[-1].split()[3]) * 1024
+
+    def _no_space(self, root: str, free: int, need: int) -> DeviceError:
+        return DeviceError(f"not enough space on {self.t.where}: {free // 1024} KB free in {root}, the package "
+                           f"needs {(need + SPACE_MARGIN) // 1024} KB; free space on the board and flash again "
+                           "(the installed version is unchanged)")
+
+    def _check_space(self, root: str, need: int) -> None:
+        free = self._free_bytes(root)
         if free < need + SPACE_MARGIN:
-            raise DeviceError(f"not enough space on {self.t.where}: {free // 1024} KB free in {root}, the package "
-                              f"needs {(need + SPACE_MARGIN) // 1024} KB; free space on the board and flash again "
-                              "(the installed version is unchanged)")
+            raise self._no_space(root, free, need)
 
     def _put(self, local: Path, remote: str, stage: str, need: int) -> None:
         try:
@@ -259,12 +272,16 @@ class SSHDevice:
             raise DeviceError(f"connection to {self.t.where} dropped during upload ({type(e).__name__}); the "
                               "installed version is unchanged; flash again to resume") from None
         except OSError as e:
-            if not self.client.get_transport().is_active():
+            tr = self.client.get_transport()
+            if tr is None or not tr.is_active():
                 raise DeviceError(f"connection to {self.t.where} dropped during upload; the installed version "
                                   "is unchanged; flash again to resume") from None
-            self.sh(["rm", "-rf", stage])  # free what the partial upload took
-            raise DeviceError(f"writing {remote} on {self.t.where} failed ({e.strerror or e}; is the disk full?); "
-                              "free space on the board and flash again (the installed version is unchanged)") from None
+            self.sh(["rm", "-rf", stage])  # nothing half-installed: free what the partial upload took
+            free = self._free_bytes(stage)
+            if free < local.stat().st_size + SPACE_MARGIN:  # the disk filled up while we uploaded
+                raise self._no_space(stage.rsplit("/staging/", 1)[0], free, need) from None
+            raise DeviceError(f"writing {remote} on {self.t.where} failed ({e.strerror or e}); check the deploy "
+                              "directory's permissions and flash again (the installed version is unchanged)") from None
 
     def _switch(self, root: str, version: str) -> None:
         """current -> the new release by an atomic rename; the old current becomes previous; others pruned."""
@@ -350,7 +367,11 @@ class SSHDevice:
                            "check the board's memory (OOM killer) and run the bench again")
         if rc != 0:
             raise (DimError if rc == 3 else RunError)(f"the bench program failed on {self.t.where}: {_last_line(err, rc)}")
-        r = json.loads(out)
+        try:
+            r = json.loads(out)
+        except ValueError:
+            raise RunError(f"the bench program on {self.t.where} printed no result ({out.strip()[:80]!r}); "
+                           "rebuild the package with `edgepack build`") from None
         return BenchResult(dims=dict(dims), samples_ns=[int(s) for s in r["samples_ns"]], threads=r.get("threads"),
                            calls=[{"name": c["kernel"], "ns": c["mean_ns"]} for c in r.get("calls", [])])
 

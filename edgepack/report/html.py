@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import html
+import math
 import time
 
 from . import plots
-from .compare import run_labels
+from .compare import fmt_time, run_labels
 from .markdown import comparison_rows, describe, memory_line, size_rows
 from .schema import SCHEMA_VERSION, Run, SizeResult
 
@@ -14,7 +15,8 @@ _CSS = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 24px auto; max-width: 1100px; color: #222; padding: 0 16px; }
 h1 { font-size: 22px; } h2 { font-size: 18px; margin-top: 28px; border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; font-size: 13px; margin: 8px 0; }
-th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: right; } th { background: #f4f4f4; }
+th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: right; white-space: nowrap; }
+th { background: #f4f4f4; } .wide { overflow-x: auto; }
 td:first-child, th:first-child { text-align: left; }
 .figure { margin: 12px 0; } .figure svg { width: 100%; max-width: 900px; height: auto; }
 .note { color: #666; font-size: 13px; }
@@ -30,14 +32,15 @@ def pick_size(runs: list[Run], at: dict[str, int] | None) -> tuple[dict, list[tu
         profiled = [(lb, s) for lb, s in profiled if all(s.dims.get(k) == v for k, v in at.items())]
     if not profiled:
         return at or {}, []
-    lb0, s0 = max((p for p in profiled if p[0] == profiled[0][0]), key=lambda p: p[1].stats.median)
+    _, s0 = max((p for p in profiled if p[0] == profiled[0][0]),
+                key=lambda p: (math.prod(p[1].dims.values()), p[1].stats.median))
     return s0.dims, [(lb, s) for lb, s in profiled if s.key == s0.key]
 
 
 def _table(head: list[str], rows: list[list[str]]) -> str:
     th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
     trs = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table>"
+    return f"<div class='wide'><table><thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table></div>"
 
 
 def _figure(svg: str, name: str) -> str:
@@ -56,14 +59,20 @@ def _operators_section(runs: list[Run], at: dict | None) -> str:
               "clock, mean per run); the latency figures come from the unprofiled program.</p>")
 
 
+def _call_cost(run: Run) -> str:
+    costs = [b.call_cost_ns for s in run.sizes for b in s.baselines.values()]
+    return f"{fmt_time(min(costs))} to {fmt_time(max(costs))}" if costs else "not measured"
+
+
 def _run_section(run: Run, label: str) -> str:
     base = ""
     if run.baseline:
         b = run.baseline
         base = (f"<p>Baseline: onnxruntime {html.escape(b['version'])} ({html.escape(b.get('provider', 'CPU'))}, "
                 f"threads {', '.join(map(str, b['threads']))}), interleaved with edgepack size by size; "
-                "\"vs\" = onnxruntime median / edgepack median. Python call cost per size is in the JSON "
-                "(<code>call_cost_ns</code>).</p>")
+                "\"vs\" = onnxruntime median / edgepack median. onnxruntime's figures include its Python call cost "
+                f"({html.escape(_call_cost(run))}, measured on an Identity model with the same inputs; per size in "
+                "<code>call_cost_ns</code>).</p>")
     return (f"<h2>{html.escape(label)}: figures</h2><p>{html.escape(describe(run))}<br>"
             f"Memory: {html.escape(memory_line(run))}<br><span class='note'>{html.escape(run.source)}: "
             f"{html.escape(' '.join(run.command))}</span></p>{base}" + _table(*size_rows(run)))
@@ -82,7 +91,8 @@ def render(runs: list[Run], at: dict[str, int] | None = None) -> str:
         parts += ["<h2>Speed-up</h2>", _figure(speed, "plot-speedup")]
     for other, lb in zip(runs[1:], labels[1:]):
         parts.append(_table(*comparison_rows(runs[0], other, labels[0], lb)))
-    parts += [_operators_section(runs, at), "<h2>Memory</h2>", _figure(plots.memory_figure(runs, labels), "plot-memory")]
+    parts += [_operators_section(runs, at), "<h2>Memory</h2>",
+              _figure(plots.memory_figure(runs, labels), "plot-memory")]
     parts += [_run_section(r, lb) for r, lb in zip(runs, labels)]
     return (f"<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{_CSS}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n")

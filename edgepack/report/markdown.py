@@ -5,6 +5,8 @@ from __future__ import annotations
 from .compare import fmt_ratio, fmt_time, pairs, run_labels
 from .schema import Run
 
+NOISY = 0.5  # spread (p90 - p10) / median above this: the median is not to be trusted to a few percent
+
 
 def describe(run: Run) -> str:
     p, m = run.package, run.machine
@@ -24,7 +26,8 @@ def size_rows(run: Run) -> tuple[list[str], list[list[str]]]:
     for s in run.sizes:
         st, u = s.stats, s.unit
         row = [s.label(), fmt_time(st.median, u), f"{fmt_time(st.p10, u)} - {fmt_time(st.p90, u)}",
-               fmt_time(st.min, u), fmt_time(st.max, u), f"{st.spread:.1%}", str(st.n), str(s.threads or "")]
+               fmt_time(st.min, u), fmt_time(st.max, u), f"{st.spread:.1%}" + (" (noisy)" if st.spread > NOISY else ""),
+               str(st.n), str(s.threads or "")]
         for k in base:
             b = s.baselines.get(k)
             row += [fmt_time(b.stats.median), fmt_ratio(b.speedup)] if b else ["", ""]

@@ -33,10 +33,11 @@ def _round_settings(s: BenchSettings, rounds: int, first: bool) -> BenchSettings
                    profile=s.profile and first)
 
 
-def _baseline_figures(name: str, threads: int, samples: list[int], cost: float, ep_median: float) -> BaselineFigures:
+def _baseline_figures(threads: int, samples: list[int], cost: float, ep_median: float) -> BaselineFigures:
     st = Stats.of(samples)
     return BaselineFigures(name="onnxruntime", threads=threads, stats=st, samples=samples, call_cost_ns=cost,
-                           speedup=st.median / ep_median, speedup_without_call_cost=max(st.median - cost, 0.0) / ep_median)
+                           speedup=st.median / ep_median,
+                           speedup_without_call_cost=max(st.median - cost, 0.0) / ep_median)
 
 
 def measure_size(device, bundle: Bundle, dims: dict[str, int], settings: BenchSettings, rounds: int = 1,
@@ -60,7 +61,7 @@ def measure_size(device, bundle: Bundle, dims: dict[str, int], settings: BenchSe
     figures = {}
     if base:
         cost = statistics.median(base.pop("call_cost"))
-        figures = {k: _baseline_figures(k, baseline.sessions[k][0], v, cost, st.median) for k, v in base.items()}
+        figures = {k: _baseline_figures(baseline.sessions[k][0], v, cost, st.median) for k, v in base.items()}
     return SizeResult(dims=dict(dims), unit=unit, threads=threads, stats=st, samples=samples, calls=calls,
                       operators=operators_of(calls) if calls else [], baselines=figures)
 

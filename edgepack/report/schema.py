@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -158,7 +159,7 @@ class SizeResult:
         return tuple(sorted(self.dims.items()))
 
     def label(self) -> str:
-        return ", ".join(f"{k}={v}" for k, v in self.dims.items())
+        return ", ".join(f"{k}={v}" for k, v in self.dims.items()) or "static"
 
 
 @dataclass
@@ -263,8 +264,18 @@ def load_run(path: str | Path) -> Run:
     except FileNotFoundError:
         raise SchemaError(f"bench result '{p}' does not exist; make one with `edgepack bench ... -o {p}`") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise SchemaError(f"bench result '{p}' is not readable JSON ({type(e).__name__}); re-run `edgepack bench`") from None
+        raise SchemaError(f"bench result '{p}' is not readable JSON ({type(e).__name__}); "
+                          "re-run `edgepack bench`") from None
     return Run.from_dict(doc, str(p))
+
+
+_NUMBERS = re.compile(r"\[\s*-?\d[\d.eE+-]*(?:,\s*-?\d[\d.eE+-]*)*\s*\]")
+
+
+def _dumps(doc: dict) -> str:
+    """Indented JSON with number arrays (the raw samples) on one line each: readable and a third the size."""
+    text = json.dumps(doc, indent=1)
+    return _NUMBERS.sub(lambda m: json.dumps(json.loads(m.group(0)), separators=(",", ":")), text) + "\n"
 
 
 def save_run(run: Run, path: str | Path) -> Path:
@@ -273,6 +284,6 @@ def save_run(run: Run, path: str | Path) -> Path:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(f".{p.name}.tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp.write_text(_dumps(doc))
     tmp.replace(p)
     return p

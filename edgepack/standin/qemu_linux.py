@@ -16,6 +16,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -163,6 +164,76 @@ def _known_hosts_line(lay: Layout, port: int) -> str:
     return f"[127.0.0.1]:{port} {kind} {blob}\n"
 
 
+# --- the arm64 Python + TVM environment for the RPC path ---------------------------------------------------
+# Debian's arm64 python3 (debootstrap's first stage downloads it and its dependencies; the packages are
+# unpacked on the host, no emulated second stage) plus the aarch64 wheels of apache-tvm and numpy 2
+# (FACTS.md) installed on the host with `pip --target --platform`. Programs in it run through the stand-in's
+# binfmt with QEMU_LD_PREFIX pointing at it (a chroot would need a static qemu). Built once, cached.
+
+TVM_WHEELS = ["apache-tvm==0.27.0.post1", "apache-tvm-ffi==0.1.14.post1", "numpy>=2", "cloudpickle", "psutil",
+              "tornado"]
+PLATFORMS = ["manylinux2014_aarch64", "manylinux_2_17_aarch64", "manylinux_2_28_aarch64", "manylinux_2_34_aarch64",
+             "linux_aarch64"]
+
+
+def rootfs_dir() -> Path:
+    cache = Path(os.environ.get("EDGEPACK_CACHE_DIR", Path.home() / ".cache" / "edgepack"))
+    return cache / "rootfs" / "arm64-py311-tvm-0.27.0.post1"
+
+
+def _run(cmd: list[str], what: str, **kw) -> None:
+    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if r.returncode != 0:
+        last = ([ln for ln in (r.stderr + r.stdout).splitlines() if ln.strip()] or ["no output"])[-1][:200]
+        raise BoardError(f"building the arm64 TVM environment failed while {what}: {last}")
+
+
+def build_rootfs(dest: Path | None = None) -> Path:
+    """Build the arm64 Python + TVM tree (~1 min, ~600 MB; needs debootstrap and access to Debian's
+    packages and PyPI). Idempotent: an existing tree is kept."""
+    dest = dest or rootfs_dir()
+    if (dest / "usr" / "bin" / "python3").exists():
+        return dest
+    if not shutil.which("debootstrap"):
+        raise BoardError("building the arm64 TVM environment needs debootstrap: apt-get install debootstrap")
+    part = dest.with_name(f"{dest.name}.partial-{os.getpid()}")  # concurrent builders do not collide
+    shutil.rmtree(part, ignore_errors=True)
+    part.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        _build_rootfs_in(part)
+        part.rename(dest)
+    except OSError:
+        if not (dest / "usr/bin/python3").exists():  # another builder finished first: keep theirs
+            raise
+    finally:
+        shutil.rmtree(part, ignore_errors=True)
+    return dest
+
+
+def _build_rootfs_in(part: Path) -> None:
+    _run(["debootstrap", "--foreign", "--variant=minbase", "--arch=arm64", "--include=python3", "bookworm",
+          str(part)], "downloading Debian arm64 packages (debootstrap)")
+    for deb in sorted((part / "var/cache/apt/archives").glob("*.deb")):  # keep merged-/usr symlinks intact
+        _run(["sh", "-c", 'dpkg-deb --fsys-tarfile "$1" | tar -x --keep-directory-symlink -C "$2"', "-", str(deb),
+              str(part)], f"unpacking {deb.name}")
+        deb.unlink()
+    plat = [a for p in PLATFORMS for a in ("--platform", p)]
+    _run([sys.executable, "-m", "pip", "install", "-q", "--target", str(part / "opt/tvm-site"), "--only-binary=:all:",
+          "--implementation", "cp", "--python-version", "3.11", "--abi", "cp311", *plat, *TVM_WHEELS],
+         "installing the aarch64 TVM wheels (pip)")
+
+
+def _python_wrapper(lay: Layout, rootfs: Path) -> Path:
+    """state/python-aarch64: the arm64 Python with TVM, as the board's [rpc] python on the stand-in."""
+    w = lay.state / "python-aarch64"
+    w.write_text(f"#!/bin/sh\n# aarch64 Python + apache-tvm, emulated (edgepack.standin.qemu_linux.build_rootfs)\n"
+                 f"export QEMU_LD_PREFIX={shlex.quote(str(rootfs))} TVM_USE_RUNTIME_LIB=1 "
+                 f"PYTHONPATH={shlex.quote(str(rootfs / 'opt/tvm-site'))}\n"
+                 f"exec {shlex.quote(str(rootfs / 'usr/bin/python3'))} \"$@\"\n")
+    w.chmod(0o755)
+    return w
+
+
 def up(board: Board, state: Path) -> Connection:
     sc = board.section("standin")
     qemu = shutil.which(sc.get("qemu", "qemu-aarch64"))
@@ -183,8 +254,10 @@ def up(board: Board, state: Path) -> Connection:
         down(board, state)
         raise
     lay.known_hosts.write_text(_known_hosts_line(lay, port))
-    return Connection(host="127.0.0.1", port=port, user=getpass.getuser(), key=str(lay.client_key),
-                      extra={"known_hosts": str(lay.known_hosts), "deploy_dir": str(lay.device / "edgepack")})
+    extra = {"known_hosts": str(lay.known_hosts), "deploy_dir": str(lay.device / "edgepack")}
+    if (rootfs_dir() / "usr/bin/python3").exists():  # the RPC path: see build_rootfs
+        extra["rpc_python"] = str(_python_wrapper(lay, rootfs_dir()))
+    return Connection(host="127.0.0.1", port=port, user=getpass.getuser(), key=str(lay.client_key), extra=extra)
 
 
 def _pid(lay: Layout) -> int | None:
@@ -244,6 +317,7 @@ def down(board: Board, state: Path) -> None:
             os.waitpid(pid, os.WNOHANG)  # reap it when we started it in this process
         except ChildProcessError:
             pass
+    (lay.state / "python-aarch64").unlink(missing_ok=True)
     for f in ("host_key", "client_key", "authorized", "config", "known_hosts", "pid"):
         p = getattr(lay, f)
         p.unlink(missing_ok=True)
@@ -251,3 +325,9 @@ def down(board: Board, state: Path) -> None:
     (lay.state / "sshd.pid").unlink(missing_ok=True)
     for d in (lay.device, lay.binfmt):
         shutil.rmtree(d, ignore_errors=True)  # empty mount points once the namespace is gone
+
+
+if __name__ == "__main__":  # python -m edgepack.standin.qemu_linux build-rootfs
+    if sys.argv[1:] != ["build-rootfs"]:
+        sys.exit("usage: python -m edgepack.standin.qemu_linux build-rootfs")
+    print(f"arm64 Python + TVM environment: {build_rootfs()}")

@@ -1,5 +1,7 @@
 /* POSIX platform: monotonic clock and a small pthread pool for TVM's parallel loops.
- * The calling thread runs task 0 itself; workers 1..n-1 wait on a condition variable between launches. */
+ * Tasks are claimed, not assigned: the caller and the workers take task ids from one counter, so a worker
+ * the OS has not scheduled yet (a loaded machine, more threads than free cores) delays nothing: the others
+ * run its share. Workers wait on a condition variable between launches, after a short spin. */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <stdatomic.h>
@@ -22,12 +24,13 @@ static _Thread_local int ep_worker = 0;
 static struct {
   pthread_t threads[EP_MAX_THREADS];
   pthread_mutex_t lock;
-  pthread_cond_t wake, done;
+  pthread_cond_t wake, done_cv;
   int n;                   /* threads including the caller */
   atomic_uint_fast64_t epoch; /* bumped per launch */
   uint64_t start_epoch;       /* the epoch workers were started at: launches after it are theirs */
   atomic_int stopping;
-  atomic_int pending;      /* workers still running the current launch */
+  atomic_uint_fast64_t claim; /* (launch epoch << 32) | next task id: claiming checks the launch too */
+  atomic_int done;            /* tasks of the current launch finished */
   FTVMParallelLambda fn;
   void* cdata;
   int num_task;
@@ -35,7 +38,7 @@ static struct {
   atomic_int barrier_count;
   atomic_int barrier_sense;
 } pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER,
-          .done = PTHREAD_COND_INITIALIZER, .n = 1};
+          .done_cv = PTHREAD_COND_INITIALIZER, .n = 1};
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -54,9 +57,22 @@ uint64_t ep_platform_time_ns(void) {
 int ep_platform_worker_id(void) { return ep_worker; }
 int ep_platform_pool_threads(void) { return pool.n; }
 
-static void run_task(int task) {
-  TVMParallelGroupEnv env = {NULL, pool.num_task};
-  if (task < pool.num_task && pool.fn(task, &env, pool.cdata) != 0) atomic_store(&pool.failed, 1);
+/* Claim and run tasks of launch `epoch` until none is left. A claim succeeds only while that launch still
+ * has tasks, so the launch cannot finish (and its fn/cdata cannot change) before a claimed task is done. */
+static void run_tasks(uint64_t epoch) {
+  for (;;) {
+    uint_fast64_t c = atomic_load_explicit(&pool.claim, memory_order_acquire);
+    int task = (int)(c & 0xffffffffu);
+    if ((c >> 32) != (epoch & 0xffffffffu) || task >= pool.num_task) return;
+    if (!atomic_compare_exchange_weak_explicit(&pool.claim, &c, c + 1, memory_order_acq_rel, memory_order_acquire)) continue;
+    TVMParallelGroupEnv env = {NULL, pool.num_task};
+    if (pool.fn(task, &env, pool.cdata) != 0) atomic_store(&pool.failed, 1);
+    if (atomic_fetch_add_explicit(&pool.done, 1, memory_order_acq_rel) + 1 == pool.num_task) {
+      pthread_mutex_lock(&pool.lock);
+      pthread_cond_signal(&pool.done_cv);
+      pthread_mutex_unlock(&pool.lock);
+    }
+  }
 }
 
 static uint64_t wait_for_launch(uint64_t seen) {
@@ -78,12 +94,7 @@ static void* worker_main(void* arg) {
   for (;;) {
     seen = wait_for_launch(seen);
     if (atomic_load(&pool.stopping)) break;
-    run_task(ep_worker);
-    if (atomic_fetch_sub(&pool.pending, 1) == 1) {
-      pthread_mutex_lock(&pool.lock);
-      pthread_cond_signal(&pool.done);
-      pthread_mutex_unlock(&pool.lock);
-    }
+    run_tasks(seen);
   }
   return NULL;
 }
@@ -128,22 +139,26 @@ int ep_platform_parallel_launch(FTVMParallelLambda f, void* cdata, int num_task)
   pool.fn = f;
   pool.cdata = cdata;
   pool.num_task = num_task;
-  atomic_store(&pool.pending, n - 1);
+  atomic_store(&pool.done, 0);
   atomic_store(&pool.barrier_count, 0);
+  const uint64_t epoch = atomic_load(&pool.epoch) + 1;
+  atomic_store_explicit(&pool.claim, (uint_fast64_t)(epoch & 0xffffffffu) << 32, memory_order_release);
   pthread_mutex_lock(&pool.lock);
-  atomic_fetch_add_explicit(&pool.epoch, 1, memory_order_release);
+  atomic_store_explicit(&pool.epoch, epoch, memory_order_release);
   pthread_cond_broadcast(&pool.wake);
   pthread_mutex_unlock(&pool.lock);
-  run_task(0);
-  for (int spins = 0; spins < EP_SPIN_ROUNDS && atomic_load(&pool.pending) > 0; ++spins) cpu_relax();
-  if (atomic_load(&pool.pending) > 0) {
+  run_tasks(epoch);
+  for (int spins = 0; spins < EP_SPIN_ROUNDS && atomic_load(&pool.done) < num_task; ++spins) cpu_relax();
+  if (atomic_load(&pool.done) < num_task) {
     pthread_mutex_lock(&pool.lock);
-    while (atomic_load(&pool.pending) > 0) pthread_cond_wait(&pool.done, &pool.lock);
+    while (atomic_load(&pool.done) < num_task) pthread_cond_wait(&pool.done_cv, &pool.lock);
     pthread_mutex_unlock(&pool.lock);
   }
   return atomic_load(&pool.failed) ? -1 : 0;
 }
 
+/* Needs all num_task tasks running at once, which claiming does not promise when a thread runs two tasks in
+ * turn; edgepack's schedules never emit a barrier (TVM only does for explicit parallel-barrier TIR). */
 int ep_platform_parallel_barrier(int task_id, TVMParallelGroupEnv* penv) {
   (void)task_id;
   int sense = atomic_load(&pool.barrier_sense);
