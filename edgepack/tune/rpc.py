@@ -186,6 +186,7 @@ class LocalRPC:
         self._lock = threading.RLock()
         self._stopping = threading.Event()
         self._watchdog: threading.Thread | None = None
+        self._guardian: subprocess.Popen | None = None
         self._n_started = 0
 
     # -- life cycle ----------------------------------------------------------------------------------------
@@ -203,6 +204,9 @@ class LocalRPC:
         self._log_dir.mkdir(parents=True, exist_ok=True)
         self._stopping.clear()
         atexit.register(self.stop)
+        (self._log_dir / "groups").write_text("")
+        self._guardian = subprocess.Popen([self._python, "-c", _GUARDIAN, str(os.getpid()), str(self._log_dir / "groups")],
+                                          stdin=subprocess.DEVNULL, start_new_session=True)
         try:
             self._start_tracker()
             for _ in range(self.n_servers):
@@ -225,7 +229,8 @@ class LocalRPC:
         self._watchdog = None
         with self._lock:
             procs, self._all, self._servers, self._tracker = self._all, [], [], None
-        _kill_groups([p.popen for p in procs])
+        guardian, self._guardian = self._guardian, None
+        _kill_groups([p.popen for p in procs] + ([guardian] if guardian else []))
         atexit.unregister(self.stop)
         if self._own_log_dir and self._log_dir is not None:
             shutil.rmtree(self._log_dir, ignore_errors=True)
@@ -298,11 +303,12 @@ class LocalRPC:
         log_path = self._log_dir / f"{name}-{self._n_started}.log"
         with open(log_path, "wb") as f:
             popen = subprocess.Popen([self._python, "-m", *args], stdin=subprocess.DEVNULL, stdout=f,
-                                     stderr=subprocess.STDOUT, start_new_session=True, env=self._env,
-                                     preexec_fn=_die_with_parent)
+                                     stderr=subprocess.STDOUT, start_new_session=True, env=self._env)
         p = _Proc(popen, port, log_path)
         with self._lock:
             self._all.append(p)
+            with open(self._log_dir / "groups", "a") as g:
+                g.write(f"{popen.pid}\n")
         return p
 
     def _start_tracker(self) -> None:
@@ -383,13 +389,27 @@ def _tail(path: Path, n: int = 1) -> str:
     return " | ".join(lines[-n:])
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL it when the process that started it dies, even by SIGKILL (Linux
-    PR_SET_PDEATHSIG), so a killed tuner leaves no tracker or server behind."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+# Runs beside a LocalRPC in its own session: if the process that owns the farm dies without stopping it
+# (SIGKILL, a crash), it kills every process group the farm started. Process groups, because an RPC server
+# forks session workers that outlive it otherwise (they hold their own pipe open and never see EOF).
+_GUARDIAN = r'''
+import os, signal, sys, time
+owner, groups = sys.argv[1], sys.argv[2]
+def owner_alive():
+    try:
+        with open(f"/proc/{owner}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+while os.path.exists(groups) and owner_alive():
+    time.sleep(0.3)
+if os.path.exists(groups):
+    for pgid in open(groups).read().split():
+        try:
+            os.killpg(int(pgid), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+'''
 
 
 def _kill_group(popen: subprocess.Popen, reap: bool = True) -> None:

@@ -157,14 +157,15 @@ class TaskSearch:
         return [t for t in self.space if self.known.get((t, self.trial_rows(t))) is not None]
 
     def shortlist(self, k_max: int) -> list[DenseTiles]:
-        """The kernels worth verifying: a predicted cover with k_max, plus each sample's predicted best."""
+        """The kernels worth verifying: a cover of the predicted matrix with at most k_max kernels, plus the
+        fastest kernel measured (on its own best-fit shape) as insurance against the model's errors."""
         good = self.good_trials()
         if not good:
             return []
-        P = self._predict(good)
-        picks = greedy_cover(P, self.samples.weights, k_max=k_max).kernels
-        picks += [int(j) for j in P.argmin(axis=1)]
-        return [good[j] for j in dict.fromkeys(picks)][:2 * k_max]
+        picks = greedy_cover(self._predict(good), self.samples.weights, k_max=k_max).kernels
+        fastest = min(range(len(good)), key=lambda j: self.known[(good[j], self.trial_rows(good[j]))]
+                      / self.task.dense.flop(self.trial_rows(good[j])))
+        return [good[j] for j in dict.fromkeys(picks + [fastest])]
 
     def edge_tiles(self) -> DenseTiles:
         """The row-tile-1 kernel for remainders: the best predicted over 1..7 leftover rows."""

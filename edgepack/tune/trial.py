@@ -1,7 +1,8 @@
 """One tuning trial: a dense micro-kernel configuration turned into a measurable kernel on one shape.
 
 The main variant of a configuration is the kernel specialised to rows = mt * tile (schedule/variants.py);
-a trial measures it on the rows of its best-fitting instance, with random inputs made on the board.
+mt is a run-time argument, so one built kernel serves every row count of a configuration: the tuner builds
+it once and measures it on any number of shapes. Inputs are random tensors made on the board.
 """
 
 from __future__ import annotations
@@ -12,19 +13,32 @@ from ..schedule.variants import RowSplit, specialize_rows
 from .rpc import MeasureInput
 
 
+def kernel_name(tiles: DenseTiles) -> str:
+    return f"dense_r{tiles.rows}_c{tiles.cols}_u{tiles.unroll_k}" + ("_p" if tiles.par_cols else "")
+
+
+def main_variant(func, split: RowSplit, block: str, tiles: DenseTiles, parallel: bool = True):
+    """The configuration's main variant as a PrimFunc named `kernel_name(tiles)`."""
+    kernel = schedule_dense(specialize_rows(func, split, tiles.rows), block, tiles, parallel)
+    return kernel.with_attr("global_symbol", kernel_name(tiles))
+
+
+def args_spec(kernel, tiles: DenseTiles, rows: int) -> list:
+    """Arguments of a main variant on `rows` rows (a multiple of tiles.rows): shapes, then the mt scalar."""
+    if rows % tiles.rows:
+        raise ValueError(f"rows {rows} is not a multiple of the row tile {tiles.rows}")
+    mt = rows // tiles.rows
+    spec = []
+    for p in kernel.params:
+        shape = getattr(p, "shape", None)
+        spec.append(mt if shape is None else ([to_sym(s).eval({"mt": mt}) for s in shape], str(p.dtype)))
+    return spec
+
+
 def main_variant_input(func, split: RowSplit, block: str, tiles: DenseTiles, rows: int,
                        parallel: bool = True) -> MeasureInput:
     """MeasureInput for `tiles`' main variant on `rows` rows (a multiple of tiles.rows)."""
     if rows % tiles.rows:
         raise ValueError(f"rows {rows} is not a multiple of the row tile {tiles.rows}")
-    mt = rows // tiles.rows
-    kernel = schedule_dense(specialize_rows(func, split, tiles.rows), block, tiles, parallel)
-    name = f"dense_r{tiles.rows}_c{tiles.cols}_u{tiles.unroll_k}"
-    spec = []
-    for p in kernel.params:
-        shape = getattr(p, "shape", None)
-        if shape is None:  # the trailing mt scalar
-            spec.append(mt)
-        else:
-            spec.append(([to_sym(s).eval({"mt": mt}) for s in shape], str(p.dtype)))
-    return MeasureInput(kernel.with_attr("global_symbol", name), name, spec)
+    kernel = main_variant(func, split, block, tiles, parallel)
+    return MeasureInput(kernel, kernel_name(tiles), args_spec(kernel, tiles, rows))

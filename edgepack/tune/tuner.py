@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import random
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,6 +92,8 @@ class Tuner:
         self.batch = opts.batch or tune_setting(board, "batch", 8)
         self.samples = {t.dim.name: make_samples(opts.samples, t.dim) for t in tasks}
         self.measured = self.failed = self.reused = 0
+        self._built: dict = {}  # (task index, tiles) -> (PrimFunc, .so path or BuildError)
+        self._workdir = tempfile.TemporaryDirectory(prefix="edgepack-tune-")
         self.searches: list[TaskSearch] = []
         self.workloads = []
         self.skipped = []  # kernels whose rows cannot be tiled on this board (alignment, registers): default schedule
@@ -121,6 +124,7 @@ class Tuner:
             results = [self._verify(i, run, bar) for i in range(len(self.tasks))]
         finally:
             bar.close()
+            self._workdir.cleanup()
         self.db.finish_run(run)
         return TuneReport(self.model_name, self.board.name, str(self.db.path), run, time.perf_counter() - t0,
                           self.measured, self.failed, self.reused, self._holdout(), results, self.skipped)
@@ -157,14 +161,42 @@ class Tuner:
                                selection_json(res), run=run)
         return res
 
+    def _kernel(self, i: int, t):
+        """The configuration's main variant built for the board (once: mt is an argument, so it serves every
+        row count), or the BuildError it gave."""
+        from ..errors import BuildError
+        from .rpc import export_kernel
+        from .trial import kernel_name, main_variant
+
+        key = (i, t)
+        if key not in self._built:
+            s = self.searches[i]
+            func = main_variant(s.task.func, s.task.split, s.task.block, t, self.board.target.cores > 1)
+            path = Path(self._workdir.name) / f"{i}_{kernel_name(t)}.so"
+            try:
+                self._built[key] = (func, export_kernel(func, self.board, path, name=kernel_name(t)))
+            except BuildError as e:
+                self._built[key] = (func, e)
+        return self._built[key]
+
     def _measure(self, i: int, pairs, run: int) -> None:
-        from .trial import main_variant_input
+        from .rpc import MeasureInput, MeasureResult
+        from .trial import args_spec, kernel_name
 
         if not pairs:
             return
-        s, par = self.searches[i], self.board.target.cores > 1
-        inputs = [main_variant_input(s.task.func, s.task.split, s.task.block, t, rows, parallel=par) for t, rows in pairs]
-        results = self.measurer.measure_batch(inputs)
+        results: list = [None] * len(pairs)
+        inputs, where = [], []
+        for j, (t, rows) in enumerate(pairs):
+            func, built = self._kernel(i, t)
+            if isinstance(built, Exception):
+                results[j] = MeasureResult(None, error=str(built))
+            else:
+                inputs.append(MeasureInput(built, kernel_name(t), args_spec(func, t, rows)))
+                where.append(j)
+        for j, r in zip(where, self.measurer.measure_batch(inputs) if inputs else []):
+            results[j] = r
+        s = self.searches[i]
         self.db.add_batch(self.workloads[i], [(config(t), shape(rows), r.median_s, r.samples_s, r.error)
                                               for (t, rows), r in zip(pairs, results)], run=run)
         s.record(list(pairs), [r.median_s for r in results])
