@@ -161,8 +161,8 @@ def main() -> None:
                 wi = [MeasureInput(w.with_attr("global_symbol", "ms"), "ms", spec_of(w, {}))] if w is not None else []
                 res = m.measure_batch(ours + [g] + wi)
                 ours_us = sum(r.median_s for r in res[:len(ours)]) * 1e6
-                row = {"layer": k, "n": t.dense.n, "m": s, "sampled": s in samples, "edgepack_us": ours_us,
-                       "guarded_us": res[len(ours)].median_s * 1e6, "numpy_us": numpy_us(t.dense.n, s)}
+                row = {"layer": k, "n": t.op.n, "m": s, "sampled": s in samples, "edgepack_us": ours_us,
+                       "guarded_us": res[len(ours)].median_s * 1e6, "numpy_us": numpy_us(t.op.n, s)}
                 if wi and res[-1].ok:
                     row["metaschedule_us"] = res[-1].median_s * 1e6
                     row["vs_metaschedule"] = row["metaschedule_us"] / ours_us

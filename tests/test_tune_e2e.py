@@ -69,6 +69,20 @@ def test_tuned_package_matches_onnxruntime(tmp_path, host, farm):
         assert err < 1e-4, size
 
 
+def test_tuned_convolutions_match_onnxruntime(tmp_path, host, farm):
+    """conv2d with a dynamic batch: one micro-kernel over whole images serves every batch size."""
+    cnn, db = EXAMPLES["cnn"], tmp_path / "c.db"
+    with Measurer.local(host, farm) as m:
+        rep = tune_model(cnn.path, host, dict(cnn.dims), db, m, TuneOptions(trials=8, samples="2", progress=False))
+    convs = [t for t in rep.tasks if t.task.startswith("fused_conv2d")]
+    assert len(convs) == 2 and all(len(t.mains) == 1 and t.edge is None for t in convs)
+    r = build_package(cnn.path, host, dict(cnn.dims), tmp_path / "pkg", name="cnn", db=db)
+    assert {t.task for t in convs} <= set(r.bundle.manifest["tuning"]["kernels"])
+    lo, hi = cnn.dims["batch"]
+    for size, err in check_against_onnxruntime(r.bundle, cnn.path, [{"batch": b} for b in sizes_for(lo, hi)]):
+        assert err < 1e-4, size
+
+
 def test_build_refuses_a_missing_database(tmp_path, host):
     with pytest.raises(EdgepackError, match="does not exist"):
         build_package(MLP.path, host, dict(MLP.dims), tmp_path / "p", db=tmp_path / "none.db")

@@ -63,3 +63,33 @@ def test_every_candidate_schedules_predicate_free(dense_kernel):
         main = schedule_dense(specialize_rows(func, split, tiles.rows), block, tiles, parallel=True)
         text = main.script()
         assert "T.where" not in text and "T.vectorized" in text, tiles
+
+
+def test_conv_space_and_adaptation():
+    from edgepack.schedule.conv import ConvTiles
+    from edgepack.tune.space import ConvTask
+
+    task = ConvTask("c", f=8, h=16, w=16, c=3, kh=3, kw=3, lo=1, hi=16)
+    space = candidates(task, AVX2)
+    assert space and len(set(space)) == len(space)
+    for t in space:
+        assert task.f % t.oc == 0 and task.h % t.oh == 0 and task.w % t.ow == 0
+        assert t.oc * t.oh * -(-t.ow // AVX2.lanes) <= AVX2.registers - 2
+    t = ConvTiles(oc=8, oh=16, ow=16)  # one tile per image: at batch 1 a core would idle
+    assert adaptation(task, t, 1, cores=2) == pytest.approx(0.5)
+    assert adaptation(task, t, 2, cores=2) == 1.0  # whole images: no padding, ever
+    assert features(task, ConvTiles(2, 4, 8), AVX2).shape == (11,)
+
+
+def test_conv_micro_kernels_schedule_predicate_free():
+    from edgepack.schedule.conv import conv_block, schedule_conv
+    from edgepack.tune.space import ConvTask
+
+    ex = EXAMPLES["cnn"]
+    model, dims = prepare(ex.path, dict(ex.dims))
+    lowered = lower_model("cnn", model, dims)
+    func = next(f for f in lowered.kernels.values() if conv_block(f))
+    task = ConvTask("c", f=8, h=16, w=16, c=3, kh=3, kw=3, lo=1, hi=16)
+    for tiles in candidates(task, AVX2):
+        text = schedule_conv(func, conv_block(func), tiles, parallel=True).script()
+        assert "T.where" not in text and "T.vectorized" in text and "T.parallel" in text, tiles

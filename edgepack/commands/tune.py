@@ -45,6 +45,7 @@ def _cmd(a: argparse.Namespace) -> int:
     from ..errors import EdgepackError
     from ..model.onnx_load import parse_dim_args
     from ..pipeline import prepare
+    from ..tune.trial import kernel_name
     from ..tune.tuner import TuneOptions, tune_model
 
     if a.trials < 1:
@@ -61,9 +62,9 @@ def _cmd(a: argparse.Namespace) -> int:
     err = "n/a (too few measurements)" if math.isnan(rep.cost_model_error) else f"{100 * rep.cost_model_error:.0f}%"
     print(f"  cost model: median error {err} on held-back measurements")
     for t in rep.tasks:
-        tiles = ", ".join(f"{m.rows}x{m.cols}" + ("p" if m.par_cols else "") for m in t.mains)
+        tiles = ", ".join(kernel_name(m) for m in t.mains) + (f"; edge {kernel_name(t.edge)}" if t.edge else "")
         geo = math.exp(sum(math.log(p / m) for p, m in zip(t.predicted_s, t.measured_s)) / len(t.measured_s))
-        print(f"  {t.task}: {len(t.mains)} kernels [{tiles}] edge 1x{t.edge.cols}, {t.trials} trials, "
+        print(f"  {t.task}: {len(t.mains)} micro-kernel(s) [{tiles}], {t.trials} trials, "
               f"predicted/measured {geo:.2f} (geomean over {len(t.samples.values)} samples)")
     if rep.skipped:
         print(f"  not tunable on this board (row tiles would break alignment or registers): {', '.join(rep.skipped)}")

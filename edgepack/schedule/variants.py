@@ -17,6 +17,7 @@ import tvm
 from tvm import s_tir, tirx
 
 from ..model.plan import c_ident
+from .conv import ConvTiles, conv_block, schedule_conv
 from .dense import DenseTiles, schedule_dense, schedule_matmul_rowwise
 
 
@@ -66,6 +67,7 @@ class Schedules:
 
     dense: dict[str, DenseTiles | DenseChoice] = field(default_factory=dict)  # kernel -> tiles; missing: default
     dispatchers: dict = field(default_factory=dict)  # kernel -> codegen.dispatch.Dispatcher over its mains
+    conv: dict[str, ConvTiles] = field(default_factory=dict)  # tuned conv2d kernels (dynamic batch)
     vector_lanes: int = 8
     cores: int = 1
     target: object = None  # tvm Target for the generic rules (DLight); None: leave other kernels unscheduled
@@ -76,6 +78,8 @@ class Schedules:
 
 
 def make_variants(name: str, func: tirx.PrimFunc, sched: Schedules) -> KernelImpl:
+    if name in sched.conv and (cb := conv_block(func)) is not None:
+        return KernelImpl(name, None, [Variant(name, 0, schedule_conv(func, cb, sched.conv[name], sched.cores > 1))])
     split = find_row_split(func)
     block = matmul_block(func)
     choice = None

@@ -14,7 +14,6 @@ from .db import TuningDB
 from .dispatch_tree import TreeDispatcher
 from .search import tiles_of
 from .tasks import extract_tasks
-from .tuner import OP
 
 log = logging.getLogger("edgepack")
 
@@ -29,23 +28,27 @@ class Applied:
 def tuned_schedules(db_path: str | Path, lowered, dims: list[DimRange], board: Board, base: Schedules) -> Applied:
     if not Path(db_path).exists():
         raise EdgepackError(f"tuning database {db_path} does not exist; run `edgepack tune` first or drop --db")
-    dense, dispatchers, tuned, untuned = dict(base.dense), dict(base.dispatchers), {}, []
+    dense, conv, dispatchers = dict(base.dense), dict(base.conv), dict(base.dispatchers)
+    tuned, untuned = {}, []
     with TuningDB(db_path) as db:
         for t in extract_tasks(lowered, dims):
-            wl = db.find_workload(OP, t.static_dims, t.dtype, board.name)
-            sel = db.selection(wl, {"m": [t.dense.lo, t.dense.hi]}) if wl else None
+            wl = db.find_workload(t.kind, t.static_dims, t.dtype, board.name)
+            sel = db.selection(wl, {"m": [t.op.lo, t.op.hi]}) if wl else None
             if sel is None:
                 untuned.append(t.kernel)
                 continue
             mains = tuple(tiles_of(c) for c in sel["mains"])
+            tuned[t.kernel] = len(mains)
+            if t.kind == "conv2d":  # one micro-kernel for every batch: no dispatcher
+                conv[t.kernel] = mains[0]
+                continue
             dense[t.kernel] = DenseChoice(mains, tiles_of(sel["edge"]))
             lo, hi = wl.dynamic_dims["m"]
             dim = DimRange(t.dim.name, t.dim.c_name, lo, hi)  # the tuned range: contains the package's
             dispatchers[t.kernel] = TreeDispatcher.fit([dim], [{dim.name: v} for v in sel["samples"]["values"]],
                                                        sel["assign"], sel["samples"]["weights"])
-            tuned[t.kernel] = len(mains)
     if untuned:
         log.warning("no tuning result on board '%s' for %s (range %s): they use the default schedule; run "
                     "`edgepack tune` over this range", board.name, ", ".join(untuned),
                     ", ".join(f"{d.name}={d.lo}:{d.hi}" for d in dims))
-    return Applied(replace(base, dense=dense, dispatchers=dispatchers), tuned, untuned)
+    return Applied(replace(base, dense=dense, conv=conv, dispatchers=dispatchers), tuned, untuned)

@@ -13,14 +13,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..schedule.dense import DenseTiles
-from .space import DenseTask, Hardware, adaptation, features
+from .space import Hardware, adaptation, features
 
 
 @dataclass(frozen=True)
 class Observation:
-    task: DenseTask
-    tiles: DenseTiles
+    task: object  # space.DenseTask | space.ConvTask
+    tiles: object  # DenseTiles | ConvTiles
     rows: int
     latency_s: float
 
@@ -52,23 +51,28 @@ class CostModel:
                   "nthread": 1, "objective": "reg:squarederror"}
         self._booster = xgb.train(params, xgb.DMatrix(x, label=y), num_boost_round=120)
 
-    def throughput(self, task: DenseTask, tiles: list[DenseTiles]) -> np.ndarray:
+    def throughput(self, task, tiles: list) -> np.ndarray:
         """f(k) in FLOP/s for each configuration (a relative prior before enough measurements)."""
         x = np.stack([features(task, t, self.hw) for t in tiles])
         if self._booster is None:
             # Prior: more accumulators (up to the register budget) and wider vectors do more per load.
-            return x[:, 3] * np.minimum(x[:, 4], 4.0) * 1e8
+            return (x[:, 3] * np.minimum(x[:, 4], 4.0) + 1.0) * 1e8
         import xgboost as xgb
 
         return np.exp(self._booster.predict(xgb.DMatrix(x)))
 
-    def predict_latency(self, task: DenseTask, tiles: list[DenseTiles], rows: int) -> np.ndarray:
+    def predict_latency(self, task, tiles: list, rows: int) -> np.ndarray:
         f = self.throughput(task, tiles)
         a = np.array([adaptation(task, t, rows, self.hw.cores) for t in tiles])
         return task.flop(rows) / (f * a)
 
 
+def relative_errors(model: CostModel, held: list[Observation]) -> list[float]:
+    """|predicted - measured| / measured latency for each held-back measurement."""
+    return [abs(model.predict_latency(o.task, [o.tiles], o.rows)[0] - o.latency_s) / o.latency_s for o in held]
+
+
 def holdout_error(model: CostModel, held: list[Observation]) -> float:
     """Median relative error of predicted vs measured latency on measurements the model did not see."""
-    errs = [abs(model.predict_latency(o.task, [o.tiles], o.rows)[0] - o.latency_s) / o.latency_s for o in held]
+    errs = relative_errors(model, held)
     return float(np.median(errs)) if errs else float("nan")

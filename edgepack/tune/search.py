@@ -8,8 +8,10 @@ matrix plus each sample's predicted best) is verified: every (sample, kernel) pa
 will run it (main kernel on the whole tiles, edge kernel on the remainder), and the final cover of at most K
 kernels is taken from those measured numbers. The dispatcher is fitted on the result.
 
-Shapes are recorded in the database as {"m": rows}: a dense workload's only dynamic extent, whatever the
-model calls its dim, so models with the same layer share measurements.
+Shapes are recorded in the database as {"m": rows} (a dense layer's rows, a convolution's batch): the
+workload's only dynamic extent, whatever the model calls its dim, so models with the same layer share
+measurements. A convolution's micro-kernel covers one image, so it has no edge kernel: its "run" on a
+sample is the kernel itself.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..schedule.conv import ConvTiles
 from ..schedule.dense import DenseTiles
 from .cost_model import CostModel, Observation
 from .cover import greedy_cover
@@ -36,7 +39,9 @@ def config(t: DenseTiles) -> dict:
     return dataclasses.asdict(t)
 
 
-def tiles_of(cfg: dict) -> DenseTiles:
+def tiles_of(cfg: dict) -> DenseTiles | ConvTiles:
+    if "oc" in cfg:
+        return ConvTiles(**cfg)
     return DenseTiles(**{k: cfg[k] for k in ("rows", "cols", "unroll_k", "par_cols") if k in cfg})
 
 
@@ -47,8 +52,8 @@ def shape(rows: int) -> dict:
 @dataclass
 class TaskResult:
     task: str
-    mains: list[DenseTiles]
-    edge: DenseTiles
+    mains: list  # DenseTiles or ConvTiles
+    edge: DenseTiles | None  # None for a convolution
     samples: Samples
     assign: list[int]  # per sample: index into mains
     measured_s: list[float]  # per sample: measured latency on its kernel (main + edge)
@@ -70,7 +75,7 @@ class TaskSearch:
 
     def __post_init__(self):
         self.rng = random.Random(self.seed)
-        self.space = [t for t in candidates(self.task.dense, self.hw) if self.task.runs(t)]
+        self.space = [t for t in candidates(self.task.op, self.hw) if self.task.runs(t)]
         self._space_set = set(self.space)
 
     # -- what is known ---------------------------------------------------------------------------------
@@ -80,12 +85,12 @@ class TaskSearch:
         for r in records:
             t, rows = tiles_of(r.config), int(r.shape.get("m", 0))
             self.known[(t, rows)] = r.median_s
-            if r.median_s is not None and self.task.dense.lo <= rows <= self.task.dense.hi:
-                obs.append(Observation(self.task.dense, t, rows, r.median_s))
+            if r.median_s is not None and self.task.op.lo <= rows <= self.task.op.hi:
+                obs.append(Observation(self.task.op, t, rows, r.median_s))
         self.model.observe(obs)
 
     def trial_rows(self, t: DenseTiles) -> int:
-        return best_fit_rows(self.task.dense, t, self.hw.cores)
+        return best_fit_rows(self.task.op, t, self.hw.cores)
 
     def tried(self, t: DenseTiles) -> bool:
         return (t, self.trial_rows(t)) in self.known
@@ -98,13 +103,13 @@ class TaskSearch:
         for (t, rows), lat in zip(pairs, latencies):
             self.known[(t, rows)] = lat
             if lat is not None:
-                obs.append(Observation(self.task.dense, t, rows, lat))
+                obs.append(Observation(self.task.op, t, rows, lat))
         self.model.observe(obs)
 
     # -- proposing -------------------------------------------------------------------------------------
     def _predict(self, tiles: list[DenseTiles]) -> np.ndarray:
         """[samples x tiles] predicted seconds."""
-        return np.stack([self.model.predict_latency(self.task.dense, tiles, s) for s in self.samples.values])
+        return np.stack([self.model.predict_latency(self.task.op, tiles, s) for s in self.samples.values])
 
     def _current_best(self) -> np.ndarray:
         good = [t for t in self.space if self.known.get((t, self.trial_rows(t))) is not None]
@@ -137,6 +142,11 @@ class TaskSearch:
 
     def _mutate(self, t: DenseTiles, best: np.ndarray, w: np.ndarray) -> DenseTiles | None:
         """Move one tile factor; a small sample pulls the row tile down, a large one up."""
+        if isinstance(t, ConvTiles):  # one tile factor up or down; no shape pulls a direction (whole images)
+            axis = self.rng.choice(["oc", "oh", "ow"])
+            new = dataclasses.replace(t, **{axis: max(1, getattr(t, axis) * self.rng.choice([2, 0.5]))})
+            new = dataclasses.replace(new, **{axis: int(getattr(new, axis))})
+            return new if new in self._space_set else None
         mass = w * np.where(np.isfinite(best), best, 1.0)
         s = self.rng.choices(self.samples.values, weights=list(mass) if mass.sum() > 0 else None)[0]
         cols = sorted({c.cols for c in self.space})
@@ -164,19 +174,23 @@ class TaskSearch:
             return []
         picks = greedy_cover(self._predict(good), self.samples.weights, k_max=k_max).kernels
         fastest = min(range(len(good)), key=lambda j: self.known[(good[j], self.trial_rows(good[j]))]
-                      / self.task.dense.flop(self.trial_rows(good[j])))
+                      / self.task.op.flop(self.trial_rows(good[j])))
         return [good[j] for j in dict.fromkeys(picks + [fastest])]
 
-    def edge_tiles(self) -> DenseTiles:
+    def edge_tiles(self) -> DenseTiles | None:
         """The row-tile-1 kernel for remainders: the best predicted over 1..7 leftover rows."""
+        if self.task.kind != "dense":
+            return None
         ones = [t for t in self.good_trials() if t.rows == 1] or [t for t in self.space if t.rows == 1]
-        small = [r for r in range(1, 8) if r <= self.task.dense.hi] or [1]
-        pred = np.stack([self.model.predict_latency(self.task.dense, ones, r) for r in small]).sum(axis=0)
+        small = [r for r in range(1, 8) if r <= self.task.op.hi] or [1]
+        pred = np.stack([self.model.predict_latency(self.task.op, ones, r) for r in small]).sum(axis=0)
         return ones[int(np.argmin(pred))]
 
     def run_pairs(self, mains: list[DenseTiles], edge: DenseTiles) -> list[tuple[DenseTiles, int]]:
         """(kernel, rows) pairs the verification needs: each main on each sample's whole tiles, and the edge
         kernel on each remainder."""
+        if edge is None:
+            return [(t, s) for s in self.samples.values for t in mains]
         pairs = []
         for s in self.samples.values:
             for t in mains:
@@ -185,12 +199,15 @@ class TaskSearch:
                 pairs += [(edge, rest)] if rest else []
         return list(dict.fromkeys(pairs))
 
-    def run_latency(self, t: DenseTiles, edge: DenseTiles, s: int) -> float:
+    def run_latency(self, t, edge: DenseTiles | None, s: int) -> float:
+        if edge is None:
+            v = self.known.get((t, s))
+            return math.inf if v is None else float(v)
         whole, rest = s - s % t.rows, s % t.rows
         parts = ([self.known.get((t, whole))] if whole else []) + ([self.known.get((edge, rest))] if rest else [])
         return math.inf if any(p is None for p in parts) else float(sum(parts))
 
-    def choose(self, mains: list[DenseTiles], edge: DenseTiles, k_max: int, verified: int) -> TaskResult:
+    def choose(self, mains: list, edge: DenseTiles | None, k_max: int, verified: int) -> TaskResult:
         L = np.array([[self.run_latency(t, edge, s) for t in mains] for s in self.samples.values])
         cover = greedy_cover(L, self.samples.weights, k_max=k_max)
         if not cover.kernels:

@@ -1,5 +1,7 @@
-"""The micro-kernel search space for dense/matmul tasks with a dynamic row count (DIETCODE.md section 1)
-and the analytic adaptation of a micro-kernel to a shape (section 2).
+"""The micro-kernel search spaces (DIETCODE.md section 1) and the analytic adaptation of a micro-kernel to a
+shape (section 2), for two operator classes:
+  DenseTask  dense/matmul with a dynamic row count (transformer layers): DenseTiles
+  ConvTask   conv2d NCHW with a dynamic batch (CNNs): ConvTiles over one image
 
 Tile sizes come from the board, never from a shape: column tiles are multiples of the vector width that
 divide N, row tiles are powers of two capped near the largest row count, and a rows x cols accumulator
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..schedule.conv import ConvTiles
 from ..schedule.dense import DenseTiles
 
 ROW_TILES = (1, 2, 4, 8, 16)
@@ -44,8 +47,29 @@ class Hardware:
     cores: int
 
 
-def candidates(task: DenseTask, hw: Hardware) -> list[DenseTiles]:
+@dataclass(frozen=True)
+class ConvTask:
+    """conv2d NCHW, f output channels of h x w from c input channels with a kh x kw kernel; batch (the
+    dynamic `rows`) in [lo, hi]."""
+
+    name: str
+    f: int
+    h: int
+    w: int
+    c: int
+    kh: int
+    kw: int
+    lo: int
+    hi: int
+
+    def flop(self, rows: int) -> float:
+        return 2.0 * rows * self.f * self.h * self.w * self.c * self.kh * self.kw
+
+
+def candidates(task: DenseTask | ConvTask, hw: Hardware) -> list:
     """Every configuration of the space, in a stable order."""
+    if isinstance(task, ConvTask):
+        return _conv_candidates(task, hw)
     cols = sorted({c for m in (1, 2, 3, 4, 6, 8) for c in [m * hw.lanes] if c <= task.n and task.n % c == 0}
                   | ({task.n} if task.n < hw.lanes else set())) or [_odd_width(task.n, hw.lanes)]
     row_cap = max(1.0, 1.1 * task.hi)
@@ -63,14 +87,30 @@ def candidates(task: DenseTask, hw: Hardware) -> list[DenseTiles]:
     return out
 
 
+def _conv_candidates(task: ConvTask, hw: Hardware) -> list[ConvTiles]:
+    ows = sorted({c for m in (1, 2, 4) for c in [m * hw.lanes] if c <= task.w and task.w % c == 0}) \
+        or [_odd_width(task.w, hw.lanes)]
+    out = []
+    for ow in ows:
+        vec = -(-ow // hw.lanes)
+        for oc in (1, 2, 4, 8, 16):
+            for oh in (1, 2, 4):
+                if task.f % oc == 0 and task.h % oh == 0 and oc * oh * vec <= hw.registers - 2:
+                    out.append(ConvTiles(oc=oc, oh=oh, ow=ow))
+    return out
+
+
 def _odd_width(n: int, lanes: int) -> int:
     """N with no multiple of the vector width as a divisor (N = 10, 1000): the largest divisor up to four
     vectors; LLVM vectorises it with a short tail, still with no predicate in the TIR."""
     return max(d for d in range(1, min(n, 4 * lanes) + 1) if n % d == 0)
 
 
-def parallel_tiles(task: DenseTask, tiles: DenseTiles, rows: int) -> int:
-    """g: the parallel loop's extent on `rows` rows (row tiles, times column tiles for the small-M family)."""
+def parallel_tiles(task, tiles, rows: int) -> int:
+    """g: the parallel loop's extent on `rows` rows (row tiles, times column tiles for the small-M family;
+    images x channel blocks x row blocks for a convolution)."""
+    if isinstance(task, ConvTask):
+        return rows * (task.f // tiles.oc) * (task.h // tiles.oh)
     g = math.ceil(rows / tiles.rows)
     return g * (task.n // tiles.cols) if tiles.par_cols else g
 
@@ -82,15 +122,16 @@ def adaptation(task: DenseTask, tiles: DenseTiles, rows: int, cores: int) -> flo
     row-tile-1 rate, so padding is what the tiles would waste); occ: how evenly the parallel row tiles
     spread over the cores (1 on a single-core board).
     """
-    pad = rows / (math.ceil(rows / tiles.rows) * tiles.rows)
+    pad = 1.0 if isinstance(task, ConvTask) else rows / (math.ceil(rows / tiles.rows) * tiles.rows)
     g = parallel_tiles(task, tiles, rows)
     occ = 1.0 if cores <= 1 else g / (math.ceil(g / cores) * cores)
     return pad * occ
 
 
-def best_fit_rows(task: DenseTask, tiles: DenseTiles, cores: int) -> int:
+def best_fit_rows(task, tiles, cores: int) -> int:
     """The instance a trial measures a micro-kernel on: highest adaptation, ties to the larger."""
-    options = [r for r in range(task.lo, task.hi + 1) if r % tiles.rows == 0] or [task.hi]
+    step = 1 if isinstance(task, ConvTask) else tiles.rows
+    options = [r for r in range(task.lo, task.hi + 1) if r % step == 0] or [task.hi]
     return max(options, key=lambda r: (adaptation(task, tiles, r, cores), r))
 
 
@@ -98,8 +139,13 @@ FEATURE_NAMES = ("log2_rows", "log2_cols", "log2_unroll_k", "accumulators", "col
                  "log2_k", "n_col_tiles", "bytes_w_per_tile_kb", "arith_intensity", "par_cols")
 
 
-def features(task: DenseTask, tiles: DenseTiles, hw: Hardware) -> np.ndarray:
-    """Shape-free features of a micro-kernel for the cost model f(k)."""
+def features(task, tiles, hw: Hardware) -> np.ndarray:
+    """Shape-free features of a micro-kernel for the cost model f(k) (one model per operator class)."""
+    if isinstance(task, ConvTask):
+        acc = tiles.oc * tiles.oh * -(-tiles.ow // hw.lanes)
+        return np.array([math.log2(tiles.oc), math.log2(tiles.oh), math.log2(tiles.ow), acc, tiles.ow / hw.lanes,
+                         math.log2(task.f), math.log2(task.c * task.kh * task.kw), task.h * task.w / tiles.ow / tiles.oh,
+                         task.f // tiles.oc, task.kh * task.kw, 0.0], dtype=np.float64)
     acc = tiles.rows * -(-tiles.cols // hw.lanes)
     w_bytes = task.k * tiles.cols * 4
     intensity = 2.0 * tiles.rows * tiles.cols / (4.0 * (tiles.rows + tiles.cols))

@@ -8,23 +8,32 @@ it once and measures it on any number of shapes. Inputs are random tensors made 
 from __future__ import annotations
 
 from ..model.symexpr import to_sym
+from ..schedule.conv import ConvTiles, schedule_conv
 from ..schedule.dense import DenseTiles, schedule_dense
 from ..schedule.variants import RowSplit, specialize_rows
 from .rpc import MeasureInput
 
 
-def kernel_name(tiles: DenseTiles) -> str:
+def kernel_name(tiles: DenseTiles | ConvTiles) -> str:
+    if isinstance(tiles, ConvTiles):
+        return f"conv_oc{tiles.oc}_oh{tiles.oh}_ow{tiles.ow}"
     return f"dense_r{tiles.rows}_c{tiles.cols}_u{tiles.unroll_k}" + ("_p" if tiles.par_cols else "")
 
 
-def main_variant(func, split: RowSplit, block: str, tiles: DenseTiles, parallel: bool = True):
-    """The configuration's main variant as a PrimFunc named `kernel_name(tiles)`."""
+def main_variant(func, split: RowSplit, block: str, tiles: DenseTiles | ConvTiles, parallel: bool = True):
+    """The configuration's main variant as a PrimFunc named `kernel_name(tiles)` (a convolution has only
+    one variant: the symbolic kernel, any batch)."""
+    if isinstance(tiles, ConvTiles):
+        return schedule_conv(func, block, tiles, parallel).with_attr("global_symbol", kernel_name(tiles))
     kernel = schedule_dense(specialize_rows(func, split, tiles.rows), block, tiles, parallel)
     return kernel.with_attr("global_symbol", kernel_name(tiles))
 
 
-def args_spec(kernel, tiles: DenseTiles, rows: int) -> list:
-    """Arguments of a main variant on `rows` rows (a multiple of tiles.rows): shapes, then the mt scalar."""
+def args_spec(kernel, tiles: DenseTiles | ConvTiles, rows: int, dim: str = "") -> list:
+    """Arguments of a main variant on `rows` rows (a multiple of tiles.rows): shapes, then the mt scalar.
+    For a convolution `rows` is the batch, bound to the kernel's dim `dim`."""
+    if isinstance(tiles, ConvTiles):
+        return [([to_sym(s).eval({dim: rows}) for s in p.shape], str(p.dtype)) for p in kernel.params]
     if rows % tiles.rows:
         raise ValueError(f"rows {rows} is not a multiple of the row tile {tiles.rows}")
     mt = rows // tiles.rows

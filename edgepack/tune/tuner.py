@@ -18,7 +18,9 @@ from pathlib import Path
 
 from ..board import Board
 from ..errors import EdgepackError
-from .cost_model import CostModel, holdout_error
+import numpy as np
+
+from .cost_model import CostModel, relative_errors
 from .db import TuningDB
 from .samples import Samples, make_samples
 from .search import TaskResult, TaskSearch, config, shape
@@ -27,7 +29,6 @@ from .tasks import TuneTask, extract_tasks
 
 log = logging.getLogger("edgepack")
 
-OP = "dense"
 MIN_TRIALS = 4  # per task, before the budget is split by weight
 
 
@@ -87,7 +88,8 @@ class Tuner:
         self.tasks, self.board, self.db, self.measurer, self.opts = list(tasks), board, db, measurer, opts
         self.model_name = model_name
         self.hw = hardware_of(board)
-        self.cost = CostModel(self.hw, seed=opts.seed)
+        # one cost model per operator class: every measurement of that class, on any shape, trains it
+        self.costs = {kind: CostModel(self.hw, seed=opts.seed) for kind in {t.kind for t in tasks}}
         self.k_max = opts.max_kernels or tune_setting(board, "max_kernels", 4)
         self.batch = opts.batch or tune_setting(board, "batch", 8)
         self.samples = {t.dim.name: make_samples(opts.samples, t.dim) for t in tasks}
@@ -98,12 +100,12 @@ class Tuner:
         self.workloads = []
         self.skipped = []  # kernels whose rows cannot be tiled on this board (alignment, registers): default schedule
         for i, t in enumerate(list(tasks)):
-            s = TaskSearch(t, self.samples[t.dim.name], self.hw, self.cost, seed=opts.seed + i)
+            s = TaskSearch(t, self.samples[t.dim.name], self.hw, self.costs[t.kind], seed=opts.seed + i)
             if not s.space:
                 self.skipped.append(t.kernel)
                 self.tasks.remove(t)
                 continue
-            wl = db.workload(OP, t.static_dims, t.dtype, board.name, {"m": [t.dense.lo, t.dense.hi]})
+            wl = db.workload(t.kind, t.static_dims, t.dtype, board.name, {"m": [t.op.lo, t.op.hi]})
             s.load(db.measured(wl))
             self.reused += len(s.known)
             self.searches.append(s)
@@ -111,7 +113,8 @@ class Tuner:
         if not self.tasks:
             raise EdgepackError(f"no kernel of {model_name} can be tiled on board '{board.name}' (skipped: "
                                 f"{', '.join(self.skipped)}); build it untuned with `edgepack build`")
-        self.cost.fit()
+        for m in self.costs.values():
+            m.fit()
 
     def run(self) -> TuneReport:
         t0 = time.perf_counter()
@@ -151,13 +154,15 @@ class Tuner:
         if not s.good_trials():
             raise EdgepackError(f"every candidate of kernel {s.task.kernel} failed to build or run on board "
                                 f"'{self.board.name}'; see the log with -v, check the board's toolchain")
-        mains, edge = s.shortlist(self.k_max), s.edge_tiles()
+        # a convolution runs whole images: one kernel serves every batch, so its set is one kernel
+        k_max = self.k_max if s.task.kind == "dense" else 1
+        mains, edge = s.shortlist(k_max), s.edge_tiles()
         pairs = s.run_pairs(mains, edge)
         new = [p for p in pairs if p not in s.known]
         bar.set_description_str(f"verifying {s.task.kernel}", refresh=True)
         self._measure(i, new, run)
-        res = s.choose(mains, edge, self.k_max, len(new))
-        self.db.save_selection(self.workloads[i], {"m": [s.task.dense.lo, s.task.dense.hi]},
+        res = s.choose(mains, edge, k_max, len(new))
+        self.db.save_selection(self.workloads[i], {"m": [s.task.op.lo, s.task.op.hi]},
                                selection_json(res), run=run)
         return res
 
@@ -192,7 +197,7 @@ class Tuner:
             if isinstance(built, Exception):
                 results[j] = MeasureResult(None, error=str(built))
             else:
-                inputs.append(MeasureInput(built, kernel_name(t), args_spec(func, t, rows)))
+                inputs.append(MeasureInput(built, kernel_name(t), args_spec(func, t, rows, self.searches[i].task.split.dim)))
                 where.append(j)
         for j, r in zip(where, self.measurer.measure_batch(inputs) if inputs else []):
             results[j] = r
@@ -205,7 +210,7 @@ class Tuner:
                 log.info("%s %s on %d rows failed: %s", s.task.kernel, t, rows, r.error)
         self.measured += len(results)
         self.failed += sum(not r.ok for r in results)
-        self.cost.fit()
+        s.model.fit()
 
     def _status(self, i: int) -> str:
         s = self.searches[i]
@@ -213,24 +218,28 @@ class Tuner:
         if not good:
             return s.task.kernel
         lat, t = min(good)
-        pred = self.cost.predict_latency(s.task.dense, [t], s.trial_rows(t))[0]
+        pred = s.model.predict_latency(s.task.op, [t], s.trial_rows(t))[0]
         return f"{s.task.kernel}: best {lat * 1e6:.1f} us measured, {pred * 1e6:.1f} predicted"
 
     def _holdout(self) -> float:
-        """Fit a fresh model on 80% of the observations, report its error on the other 20%."""
-        obs = list(self.cost.observations)
-        random.Random(self.opts.seed).shuffle(obs)
-        cut = int(0.8 * len(obs))
-        if cut < 8 or cut == len(obs):
-            return float("nan")
-        m = CostModel(self.hw, seed=self.opts.seed)
-        m.observe(obs[:cut])
-        m.fit()
-        return holdout_error(m, obs[cut:])
+        """Fit fresh models on 80% of each class's observations; median error on the other 20%."""
+        errs = []
+        for cost in self.costs.values():
+            obs = list(cost.observations)
+            random.Random(self.opts.seed).shuffle(obs)
+            cut = int(0.8 * len(obs))
+            if cut < 8 or cut == len(obs):
+                continue
+            m = CostModel(self.hw, seed=self.opts.seed)
+            m.observe(obs[:cut])
+            m.fit()
+            errs += relative_errors(m, obs[cut:])
+        return float(np.median(errs)) if errs else float("nan")
 
 
 def selection_json(r: TaskResult) -> dict:
-    return {"mains": [config(t) for t in r.mains], "edge": config(r.edge), "samples": r.samples.to_json(),
+    return {"mains": [config(t) for t in r.mains], "edge": config(r.edge) if r.edge else None,
+            "samples": r.samples.to_json(),
             "assign": r.assign, "measured_s": r.measured_s, "predicted_s": r.predicted_s}
 
 
@@ -260,6 +269,6 @@ def tune_model(model_path: str | Path, board: Board, dim_ranges: dict, db_path: 
     tasks = extract_tasks(lower_model(name, model, dims), dims)
     if not tasks:
         raise EdgepackError(f"{model_path}: no kernel to tune (no dense/matmul layer whose rows follow a dynamic "
-                            "dim); build it untuned with `edgepack build`")
+                            "dim, no conv2d with a dynamic batch); build it untuned with `edgepack build`")
     with TuningDB(db_path) as db:
         return Tuner(tasks, board, db, measurer, opts, name).run()
