@@ -38,6 +38,7 @@ class Timing:
     repeat: int = 20
     min_repeat_ms: int = 50
     cooldown_ms: int = 0
+    flush_cache: bool = False  # flush the CPU cache before each timed repeat (measures cold-cache kernels)
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,8 @@ def load_board_file(path: Path) -> Board:
         platform=tc.get("platform", "posix"),
     )
     timing_raw = raw.get("timing", {})
-    timing = Timing(**{k: _need(timing_raw, k, int, path, "timing") for k in Timing.__dataclass_fields__ if k in timing_raw})
+    timing = Timing(**{k: _need(timing_raw, k, bool if k == "flush_cache" else int, path, "timing")
+                       for k in Timing.__dataclass_fields__ if k in timing_raw})
     return Board(
         name=_need(raw, "name", str, path, ""),
         description=raw.get("description", ""),

@@ -571,15 +571,15 @@ class Measurer:
     calls first), then `repeat` means of `number` calls (`number` raised until a repeat lasts
     `min_repeat_ms`), `cooldown_ms` between repeats. The median of the repeats is the figure.
     `timeout_s` bounds one candidate's session (upload, load, runs); `wait_s` how long to wait for a server
-    to come back when none is left. `flush_cache` flushes the CPU cache before each repeat (all arguments
-    but the first, TVM's "cache_flush_cpu_non_first_arg").
+    to come back when none is left. `flush_cache` (default: the board's timing.flush_cache) flushes the
+    CPU cache before each repeat (all arguments but the first, TVM's "cache_flush_cpu_non_first_arg").
     """
 
     MAX_LOST = 3  # sessions a candidate may lose to vanishing servers before it is given up
 
     def __init__(self, board: Board, *, tracker: tuple[str, int] | None = None, key: str | None = None,
                  server: tuple[str, int] | None = None, timeout_s: float = 30.0, wait_s: float = 60.0,
-                 flush_cache: bool = False, priority: int = 1, workdir: str | Path | None = None,
+                 flush_cache: bool | None = None, priority: int = 1, workdir: str | Path | None = None,
                  connect_timeout_s: float = 20.0):
         if (tracker is None) == (server is None):
             raise ValueError("Measurer needs exactly one of tracker=(host, port) or server=(host, port)")
@@ -589,7 +589,7 @@ class Measurer:
         self.key = key if key is not None else (board.rpc_key if tracker else "")
         self.timeout_s = timeout_s
         self.wait_s = wait_s
-        self.flush_cache = flush_cache
+        self.flush_cache = board.timing.flush_cache if flush_cache is None else flush_cache
         self.priority = priority
         self.connect_timeout_s = connect_timeout_s
         self._own_workdir = workdir is None
