@@ -378,7 +378,7 @@ def tracker(hil):
     p.wait()
 
 
-def test_rpc_path_measured_on_board(hil, tracker):
+def test_rpc_path_measured_on_board(hil, tracker, tmp_path):
     """`edgepack rpc-server start --tracker` on the board, then the tuner's Measurer times a kernel built for
     the board through the tracker (on the stand-in: the aarch64 TVM wheel under emulation; a kernel linked
     with aarch64-linux-gnu-gcc loads there, so the server really is aarch64); a server that is gone gives
@@ -413,6 +413,17 @@ def test_rpc_path_measured_on_board(hil, tracker):
         assert res.ok, res.error
         LOG["rpc 64^3 matmul median (us, emulated aarch64)"] = round(res.median_s * 1e6, 1)
         assert res.median_s > 0 and len(res.samples_s) == hil.board.timing.repeat
+        # `edgepack tune` through the board's server: every trial measured on the (emulated) board
+        mlp, db = EXAMPLES["mlp"], tmp_path / "tuning.db"
+        t0 = time.perf_counter()
+        r = hil.edgepack("tune", str(mlp.path), "--board", hil.board.name, "--dim", "batch=1:64", "--trials", "4",
+                         "--samples", "2", "--max-kernels", "1", "--batch", "4", "--tracker", f"127.0.0.1:{tracker}",
+                         "--db", str(db), "--no-progress", timeout=900)
+        LOG["rpc tune mlp, 4 trials (s)"] = round(time.perf_counter() - t0, 1)
+        assert r.returncode == 0 and "(0 failed)" in r.stdout, r.stderr
+        built = hil.edgepack("build", str(mlp.path), "--board", hil.board.name, "--dim", "batch=1:64", "--db", str(db),
+                             "-o", str(tmp_path / "tuned"), timeout=300)
+        assert built.returncode == 0 and "tuned kernels: fused" in built.stdout, built.stderr
     finally:
         r = hil.edgepack("rpc-server", "stop", *hil.cli)
     assert r.returncode == 0 and "stopped" in r.stdout, r.stderr

@@ -178,10 +178,12 @@ class TaskSearch:
         return [good[j] for j in dict.fromkeys(picks + [fastest])]
 
     def edge_tiles(self) -> DenseTiles | None:
-        """The row-tile-1 kernel for remainders: the best predicted over 1..7 leftover rows."""
+        """The row-tile-1 kernel for remainders: the best predicted over 1..7 leftover rows. Its views start
+        at a whole number of main tiles, so any column tiling of the space may serve (row tile set to 1)."""
         if self.task.kind != "dense":
             return None
-        ones = [t for t in self.good_trials() if t.rows == 1] or [t for t in self.space if t.rows == 1]
+        good = self.good_trials()
+        ones = [t for t in good if t.rows == 1] or list(dict.fromkeys(t.with_rows(1) for t in good or self.space))
         small = [r for r in range(1, 8) if r <= self.task.op.hi] or [1]
         pred = np.stack([self.model.predict_latency(self.task.op, ones, r) for r in small]).sum(axis=0)
         return ones[int(np.argmin(pred))]
