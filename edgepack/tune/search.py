@@ -127,14 +127,14 @@ class TaskSearch:
         def fitness(ts: list[DenseTiles]) -> np.ndarray:  # weighted latency of the set with each kernel added
             return (w[:, None] * np.minimum(best[:, None], self._predict(ts))).sum(axis=0)
 
-        pop = sorted(self.space, key=lambda t: fitness([t])[0])[:max(8, n)]
+        pop = [self.space[j] for j in np.argsort(fitness(self.space), kind="stable")[:max(8, n)]]
         for _ in range(GENERATIONS):
             kids = [self._mutate(p, best, w) for p in pop]
             merged = list(dict.fromkeys(pop + [k for k in kids if k is not None]))
             scores = fitness(merged)
             pop = [merged[i] for i in np.argsort(scores, kind="stable")[:max(8, n)]]
         ranked = [t for t in pop if not self.tried(t)]
-        ranked += [t for t in sorted(untried, key=lambda t: fitness([t])[0]) if t not in ranked]
+        ranked += [untried[j] for j in np.argsort(fitness(untried), kind="stable") if untried[j] not in ranked]
         n_rand = max(1, int(EPSILON * n)) if n > 1 else 0
         picks = ranked[:n - n_rand]
         rest = [t for t in untried if t not in picks]

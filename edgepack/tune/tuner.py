@@ -1,5 +1,5 @@
-"""Tune a whole model: split the trial budget among its tasks, run the joint searches round-robin through one
-shared cost model, verify, and record each task's kernel set and dispatcher in the database.
+"""Tune a whole model: split the trial budget among its tasks, run the joint searches round-robin (one cost
+model per operator class, shared by its tasks), verify, and record each task's kernel set in the database.
 
 `--trials` is the budget for the model. Each task gets a minimum, the rest follows its share of the model's
 work over the samples (FLOPs x calls, as MetaSchedule's task scheduler weighs tasks). Measurements already in
@@ -16,10 +16,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..board import Board
-from ..errors import EdgepackError
 import numpy as np
 
+from ..board import Board
+from ..errors import EdgepackError
 from .cost_model import CostModel, relative_errors
 from .db import TuningDB
 from .samples import Samples, make_samples
@@ -190,18 +190,18 @@ class Tuner:
 
         if not pairs:
             return
+        s = self.searches[i]
         results: list = [None] * len(pairs)
         inputs, where = [], []
         for j, (t, rows) in enumerate(pairs):
             func, built = self._kernel(i, t)
-            if isinstance(built, Exception):
+            if isinstance(built, Exception):  # a build failure is a failed measurement: recorded, never retried
                 results[j] = MeasureResult(None, error=str(built))
             else:
-                inputs.append(MeasureInput(built, kernel_name(t), args_spec(func, t, rows, self.searches[i].task.split.dim)))
+                inputs.append(MeasureInput(built, kernel_name(t), args_spec(func, t, rows, s.task.split.dim)))
                 where.append(j)
         for j, r in zip(where, self.measurer.measure_batch(inputs) if inputs else []):
             results[j] = r
-        s = self.searches[i]
         self.db.add_batch(self.workloads[i], [(config(t), shape(rows), r.median_s, r.samples_s, r.error)
                                               for (t, rows), r in zip(pairs, results)], run=run)
         s.record(list(pairs), [r.median_s for r in results])
@@ -239,8 +239,8 @@ class Tuner:
 
 def selection_json(r: TaskResult) -> dict:
     return {"mains": [config(t) for t in r.mains], "edge": config(r.edge) if r.edge else None,
-            "samples": r.samples.to_json(),
-            "assign": r.assign, "measured_s": r.measured_s, "predicted_s": r.predicted_s}
+            "samples": r.samples.to_json(), "assign": r.assign, "measured_s": r.measured_s,
+            "predicted_s": r.predicted_s}
 
 
 class _NoBar:
