@@ -85,8 +85,9 @@ def sha256(path: Path) -> str:
 
 
 def _build_product(p: Path, dst: Path) -> bool:
-    """`make`'s intermediate objects (rebuilt from the sources); the kernel object is a source here."""
-    return p.suffix == ".o" and p.relative_to(dst).parts[0] != "kernels"
+    """`make`'s intermediate objects (rebuilt from the sources); an LLVM kernel object is a source here,
+    C-source kernels (kernels/kernels.c, microcontrollers) are compiled by make like the rest."""
+    return p.suffix == ".o" and (p.relative_to(dst).parts[0] != "kernels" or p.with_suffix(".c").exists())
 
 
 def write_manifest(dst: Path, manifest: dict) -> dict:

@@ -50,12 +50,14 @@ def mcu_config(board: Board) -> McuConfig:
         raise BoardError(f"board file {board.path}: key 'uart.kind' must be one of {', '.join(UART_KINDS)}, "
                          f"got {uart.get('kind')!r}")
     cfg = McuConfig(
-        cpu=need("mcu", "cpu", str), fpu=need("mcu", "fpu", str, "none"), float_abi=need("mcu", "float_abi", str, "soft"),
+        cpu=need("mcu", "cpu", str), fpu=need("mcu", "fpu", str, "none"),
+        float_abi=need("mcu", "float_abi", str, "soft"),
         clock_hz=need("mcu", "clock_hz", int), stack_bytes=need("mcu", "stack_bytes", int, 8192),
         flash_origin=need("memory", "flash_origin", int), flash_bytes=need("memory", "flash_bytes", int),
         ram_origin=need("memory", "ram_origin", int), ram_bytes=need("memory", "ram_bytes", int),
         uart={"baud": 115200, **uart}, timer=need("timer", "kind", str, "systick"),
-        max_payload=need("serial", "max_payload", int, 1024), frame_timeout_ms=need("serial", "frame_timeout_ms", int, 50),
+        max_payload=need("serial", "max_payload", int, 1024),
+        frame_timeout_ms=need("serial", "frame_timeout_ms", int, 100),
         flasher=board.section("flasher").get("command", ""),
     )
     if cfg.timer not in ("systick", "dwt"):

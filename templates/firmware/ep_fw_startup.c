@@ -3,6 +3,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "ep_fw_config.h"
+
 extern uint32_t _sidata[], _sdata[], _edata[], _sbss[], _ebss[], _estack[];
 int main(void);
 void SysTick_Handler(void);
@@ -27,9 +29,15 @@ void Default_Handler(void) {
 
 typedef void (*ep_vector_t)(void);
 
-__attribute__((section(".isr_vector"), used)) const ep_vector_t ep_fw_vectors[16] = {
+void ep_fw_uart_irq(void);
+
+/* The 16 system vectors, then external interrupts: only the UART's receive interrupt is ever enabled. */
+__attribute__((section(".isr_vector"), used)) const ep_vector_t ep_fw_vectors[48] = {
     (ep_vector_t)(uintptr_t)_estack, Reset_Handler,   Default_Handler, Default_Handler, Default_Handler,
     Default_Handler,                 Default_Handler, 0,               0,               0,
     0,                               Default_Handler, Default_Handler, 0,               Default_Handler,
     SysTick_Handler,
+#if defined(EP_FW_UART_RX_IRQ)
+    [16 + EP_FW_UART_RX_IRQ] = ep_fw_uart_irq,
+#endif
 };

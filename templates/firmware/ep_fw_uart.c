@@ -2,23 +2,45 @@
 #include "ep_fw.h"
 
 #if defined(EP_FW_UART_CMSDK)
-/* CMSDK APB UART (Arm MPS2): DATA, STATE (bit0 TX full, bit1 RX full), CTRL (bit0 TX en, bit1 RX en), BAUDDIV. */
+/* CMSDK APB UART (Arm MPS2): DATA, STATE (bit0 TX full, bit1 RX full), CTRL (bit0 TX en, bit1 RX en, bit3 RX
+ * interrupt), INTCLEAR, BAUDDIV. */
 #define UART_DATA EP_FW_REG(EP_FW_UART_BASE + 0x00)
 #define UART_STATE EP_FW_REG(EP_FW_UART_BASE + 0x04)
 #define UART_CTRL EP_FW_REG(EP_FW_UART_BASE + 0x08)
+#define UART_INTCLEAR EP_FW_REG(EP_FW_UART_BASE + 0x0C)
 #define UART_BAUDDIV EP_FW_REG(EP_FW_UART_BASE + 0x10)
+
+static uint64_t last_rx; /* when the last byte came: a line busy within the last ms is polled, not slept on */
 
 void ep_fw_uart_init(void) {
   uint32_t div = EP_FW_CLOCK_HZ / EP_FW_UART_BAUD;
   UART_BAUDDIV = div < 16 ? 16 : div; /* below 16 the UART (and QEMU's model) drops bytes */
+#if defined(EP_FW_UART_RX_IRQ)
+  UART_CTRL = 0x3 | 0x8;                           /* TX, RX, RX interrupt: wakes ep_fw_uart_idle */
+  EP_FW_REG(0xE000E100) = 1u << EP_FW_UART_RX_IRQ; /* NVIC_ISER0 */
+#else
   UART_CTRL = 0x3;
+#endif
+}
+void ep_fw_uart_irq(void) { UART_INTCLEAR = 0x2; } /* the byte stays in DATA for ep_fw_uart_get */
+void ep_fw_uart_idle(void) {
+#if defined(EP_FW_UART_RX_IRQ)
+  if (ep_fw_ticks() - last_rx < EP_FW_CLOCK_HZ / 1000u) return;
+  __asm volatile("cpsid i" ::: "memory"); /* no byte may slip in between the check and the sleep */
+  if (!(UART_STATE & 0x2)) __asm volatile("wfi");
+  __asm volatile("cpsie i" ::: "memory");
+#endif
 }
 void ep_fw_uart_put(uint8_t c) {
   while (UART_STATE & 0x1) {
   }
   UART_DATA = c;
 }
-int ep_fw_uart_get(void) { return (UART_STATE & 0x2) ? (int)(UART_DATA & 0xff) : -1; }
+int ep_fw_uart_get(void) {
+  if (!(UART_STATE & 0x2)) return -1;
+  last_rx = ep_fw_ticks();
+  return (int)(UART_DATA & 0xff);
+}
 
 #elif defined(EP_FW_UART_STM32F4) || defined(EP_FW_UART_STM32F7)
 /* STM32 USART, pins in alternate function EP_FW_UART_AF. F4 (USARTv1): SR/DR; F7 (USARTv2): ISR/RDR/TDR. */
@@ -94,4 +116,9 @@ int ep_fw_uart_get(void) {
 
 #else
 #error "no UART driver: set [uart] kind in the board file to cmsdk, stm32f4, stm32f7 or nrf"
+#endif
+
+#if !defined(EP_FW_UART_CMSDK)
+void ep_fw_uart_idle(void) {} /* polling: on a real board the line's timeouts are real time anyway */
+void ep_fw_uart_irq(void) {}
 #endif

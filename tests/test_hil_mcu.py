@@ -1,0 +1,224 @@
+"""Hardware-in-the-loop on microcontrollers: flash a package's firmware, run it at several dynamic sizes
+against onnxruntime, bench it, and check every protocol error is answered with the device still usable.
+
+Default: the mps2-an386 stand-in (QEMU, Cortex-M4F), plus one model on mps2-an385 (Cortex-M3). A real board:
+`pytest -m hil --board nucleo-f746zg --board-serial /dev/ttyACM0` (its flasher must be installed)."""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+
+import numpy as np
+import pytest
+from conftest import EXPORT_DIMS, EXPORTS, have, run_cli, sizes_for
+from test_examples_e2e import _token_inputs
+
+from edgepack import standin
+from edgepack.board import load_board
+from edgepack.check import max_rel_error, random_inputs
+from edgepack.deploy.device import BenchSettings, Connection, open_device
+from edgepack.errors import DimError, RunError
+from edgepack.examples import EXAMPLES
+from edgepack.mcu import protocol as P
+
+pytestmark = [pytest.mark.hil, pytest.mark.skipif(not (have("arm-none-eabi-gcc") and have("qemu-system-arm")),
+                                                  reason="needs gcc-arm-none-eabi and qemu-system-arm")]
+TOL = 1e-4
+
+
+def _mcu_board_name(config) -> str | None:
+    named = config.getoption("--board")
+    mcus = [b for b in named if load_board(b).transport.get("kind") == "serial"]
+    return mcus[0] if mcus else (None if named else "mps2-an386")
+
+
+@pytest.fixture(scope="module")
+def state_dir(tmp_path_factory):
+    """Stand-ins of this module live in a private state directory (never the user's running ones)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EDGEPACK_STATE_DIR", str(tmp_path_factory.mktemp("standins")))
+        yield
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory):
+    from edgepack.pipeline import build_package
+
+    root, cache = tmp_path_factory.mktemp("mcu_bundles"), {}
+
+    def get(model: str, board: str, dims: dict | None = None):
+        if (model, board) not in cache:
+            path, ranges = (EXAMPLES[model].path, dict(EXAMPLES[model].dims)) if model in EXAMPLES else \
+                (EXPORTS / f"{model}.onnx", EXPORT_DIMS[model])
+            cache[model, board] = build_package(path, board, dims or ranges, root / f"{model}_{board}",
+                                                name=model).bundle
+        return cache[model, board]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def board(request):
+    name = _mcu_board_name(request.config)
+    if name is None:
+        pytest.skip("no microcontroller board among --board")
+    return load_board(name)
+
+
+@pytest.fixture(scope="module")
+def device(board, state_dir, request):
+    serial = request.config.getoption("--board-serial")
+    dev = open_device(board, Connection(serial=serial) if serial and not board.section("standin") else Connection())
+    yield dev
+    dev.close()
+    if board.section("standin"):
+        standin.down(board)
+
+
+def _flashed(dev, bundle):
+    if dev.info is None or dev.info.fields.get("id") != bundle.manifest["firmware"]["id"]:
+        dev.install(bundle)
+    return dev
+
+
+def _check(dev, bundle, model: str, sizes: list[dict], tmp_path, inputs_fn=random_inputs) -> float:
+    import onnxruntime as ort
+
+    path = EXAMPLES[model].path if model in EXAMPLES else EXPORTS / f"{model}.onnx"
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # as edgepack.check does
+    sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    worst = 0.0
+    for k, dims in enumerate(sizes):
+        arrays = inputs_fn(bundle.manifest, dims, seed=k)
+        refs = sess.run(None, dict(zip([i.name for i in sess.get_inputs()], arrays)))
+        outs = dev.run(bundle, arrays, tmp_path / f"out{k}")
+        err = max(max_rel_error(np.load(o), r) for o, r in zip(outs, refs))
+        assert err < TOL, f"{model} on {dev.board.name} at {dims}: max relative error {err:.2e}"
+        worst = max(worst, err)
+    return worst
+
+
+def test_flash_checks_the_firmware_is_the_package(device, build, board):
+    bundle = build("mlp", board.name)
+    where = device.install(bundle)
+    assert board.name in where and device.info.fields["package"] == "mlp"
+    assert device.info.fields["id"] == bundle.manifest["firmware"]["id"]
+    assert device.info.dims == [("batch", 1, 64)]
+    if board.section("standin"):  # the stand-in stays up as the board, reachable without an address
+        assert standin.saved_connection(board).serial == device.conn.serial
+
+
+def test_run_matches_onnxruntime_at_several_sizes(device, build, board, tmp_path):
+    bundle = build("mlp", board.name)
+    _check(_flashed(device, bundle), bundle, "mlp", [{"batch": n} for n in sizes_for(1, 64)], tmp_path)
+
+
+def test_bench_counts_device_ticks(device, build, board):
+    bundle = build("mlp", board.name)
+    _flashed(device, bundle)
+    med = {}
+    for n in (1, 8, 64):
+        r = device.bench(bundle, {"batch": n}, BenchSettings(warmup=1, repeat=5))
+        assert r.unit == "ticks" and len(r.samples_ns) == 5 and min(r.samples_ns) > 0
+        assert max(r.samples_ns) <= 1.01 * min(r.samples_ns), r.samples_ns  # -icount: repeatable
+        med[n] = sorted(r.samples_ns)[2]
+    assert med[1] < med[8] < med[64], med
+    many = device.bench(bundle, {"batch": 2}, BenchSettings(warmup=0, repeat=200))  # more than one frame holds
+    assert len(many.samples_ns) == 200
+
+
+def _raw(dev, data: bytes, quiet_s: float = 0.0) -> P.Reply:
+    dev.link.write_raw(data)
+    if quiet_s:
+        time.sleep(quiet_s)
+    return dev.link.read_reply(timeout=30)
+
+
+def test_protocol_errors_are_answered_and_the_device_keeps_working(device, build, board, tmp_path):
+    bundle = build("mlp", board.name)
+    _flashed(device, bundle)
+    good_run = P.frame(P.RUN, struct.pack("<q", 4))
+    bad_crc = bytearray(good_run)
+    bad_crc[-1] ^= 0xFF
+    cases = {
+        "bad CRC": (bytes(bad_crc), 1),
+        "unknown command": (P.frame(0x77), 3),
+        "dims out of range": (P.frame(P.RUN, struct.pack("<q", 65)), 6),
+        "output before a good run": (P.frame(P.GET_OUTPUT, struct.pack("<B3xII", 0, 0, 40)), 8),
+        "oversize input": (P.frame(P.SET_INPUT, struct.pack("<B3xI", 0, 64 * 32 * 4 - 8) + bytes(16)), 5),
+        "bad input index": (P.frame(P.SET_INPUT, struct.pack("<B3xI", 9, 0) + bytes(4)), 4),
+        "run with a missing dim": (P.frame(P.RUN, b""), 4),
+        "frame longer than max_payload": (P.frame(P.SET_INPUT, bytes(2000)), 9),
+    }
+    for what, (data, status) in cases.items():
+        r = _raw(device, data)
+        assert r.status == status, f"{what}: answered {P.STATUS.get(r.status)} ({r.message})"
+        assert r.message, what
+    # a frame that stops half-way is answered once the line stays quiet
+    r = _raw(device, P.frame(P.SET_INPUT, bytes(100))[:40], quiet_s=0.2)
+    assert r.status == 2, r.message
+    with pytest.raises(DimError, match="batch = 65 is outside"):
+        device.link.request(P.RUN, struct.pack("<q", 65))
+    with pytest.raises(DimError, match="batch = 0 is outside"):
+        device.bench(bundle, {"batch": 0}, BenchSettings())
+    _check(device, bundle, "mlp", [{"batch": 3}, {"batch": 64}], tmp_path)  # still works, same answers
+
+
+def test_encoder_on_the_stand_in(device, build, board, tmp_path):
+    if not board.section("standin"):
+        pytest.skip("the encoder's 2.2 MB arena is for the 4 MB MPS2 stand-in")
+    bundle = build("encoder", board.name, {"seq": (1, 64)})
+    _flashed(device, build("mlp", board.name))
+    with pytest.raises(RunError, match="is not package .* flash it"):  # the device runs another package
+        device.run(bundle, random_inputs(bundle.manifest, {"seq": 2}), tmp_path / "never")
+    _check(_flashed(device, bundle), bundle, "encoder", [{"seq": n} for n in (1, 8, 33)], tmp_path)
+
+
+def test_pytorch_export_with_int8_weights(device, build, board, tmp_path):
+    """A TorchScript BERT export (token ids, mask, int8 weights) at its smallest and largest sizes: the upper
+    bounds are where a short workspace bound shows."""
+    if not board.section("standin"):
+        pytest.skip("sized for the 4 MB MPS2 stand-in")
+    bundle = build("bert_int8", board.name)
+    _check(_flashed(device, bundle), bundle, "bert_int8", [{"batch": 1, "seq": 1}, {"batch": 4, "seq": 64}],
+           tmp_path, inputs_fn=_token_inputs)
+
+
+def test_cortex_m3_stand_in(build, state_dir, tmp_path, request):
+    if _mcu_board_name(request.config) != "mps2-an386":
+        pytest.skip("runs with the default stand-ins")
+    m3 = load_board("mps2-an385")
+    bundle = build("mlp", m3.name)
+    dev = open_device(m3)
+    try:
+        dev.install(bundle)
+        _check(dev, bundle, "mlp", [{"batch": n} for n in (1, 7, 64)], tmp_path)
+        r = dev.bench(bundle, {"batch": 8}, BenchSettings(warmup=1, repeat=3))
+        assert r.unit == "ticks" and min(r.samples_ns) > 0
+    finally:
+        dev.close()
+        standin.down(m3)
+    assert not standin.state_dir(m3).joinpath("qemu.pid").exists()
+
+
+def test_stand_in_keeps_its_flash_across_down_and_up(device, build, board, tmp_path):
+    if not board.section("standin"):
+        pytest.skip("stand-in only")
+    bundle = build("mlp", board.name)
+    _flashed(device, bundle)
+    device.close()
+    standin.down(board)
+    assert standin.saved_connection(board) is None
+    st = run_cli("standin", "status", board.name)
+    assert st.returncode == 0 and "down" in st.stdout
+    conn = standin.up(board)  # the last flashed firmware boots again
+    assert "up" in run_cli("standin", "status", board.name).stdout
+    dev = open_device(board, conn)
+    try:
+        _check(dev, bundle, "mlp", [{"batch": 5}], tmp_path)
+    finally:
+        dev.close()
+    assert os.path.exists(standin.state_dir(board) / "firmware.elf")
