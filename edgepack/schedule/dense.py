@@ -20,9 +20,11 @@ class DenseTiles:
 
     @staticmethod
     def default(func: tirx.PrimFunc, block: str, lanes: int) -> DenseTiles:
+        """Untuned tiles: 4 rows x 2 vectors, 8 accumulators, which fit in the 16 vector registers of
+        AVX2/SSE/armv7 NEON (4 x 4 vectors spill there) and leave room on AVX-512 and aarch64."""
         n = _static_extent(func, block, -2)
-        cols = next((c for c in (4 * lanes, 2 * lanes, lanes, lanes // 2, lanes // 4) if c >= 1 and n % c == 0), 1)
-        return DenseTiles(rows=8 if cols <= 2 * lanes else 4, cols=cols)
+        cols = next((c for c in (2 * lanes, lanes, lanes // 2, lanes // 4) if c >= 1 and n % c == 0), 1)
+        return DenseTiles(rows=4, cols=cols)
 
 
 def _static_extent(func: tirx.PrimFunc, block: str, iter_index: int) -> int:
