@@ -68,13 +68,14 @@ class Board:
         """The TVM target dict (FACTS.md: strings are rejected)."""
         import tvm
 
+        if self.target.kind == "c":  # C source: the kind takes no triple or core count; gcc gets the cpu flags
+            return tvm.target.Target({"kind": "c"})
         cfg = {"kind": self.target.kind, "mtriple": self.target.triple, "num-cores": self.target.cores}
-        if self.target.kind == "llvm":
-            cfg["mcpu"] = self.target.cpu
-            if self.target.features:
-                cfg["mattr"] = list(self.target.features)
-            if self.sections.get("target", {}).get("float_abi"):  # 32-bit Arm: "hard" to match gnueabihf gcc
-                cfg["mfloat-abi"] = self.sections["target"]["float_abi"]
+        cfg["mcpu"] = self.target.cpu
+        if self.target.features:
+            cfg["mattr"] = list(self.target.features)
+        if self.sections.get("target", {}).get("float_abi"):  # 32-bit Arm: "hard" to match gnueabihf gcc
+            cfg["mfloat-abi"] = self.sections["target"]["float_abi"]
         return tvm.target.Target(cfg)
 
 

@@ -35,6 +35,9 @@ def _cmd_build(a: argparse.Namespace) -> int:
               + (f"; untuned: {', '.join(t['untuned'])}" if t["untuned"] else ""))
     print(f"  arena {r.arena_bytes:,} B (tensors {r.tensor_bytes:,} B, vs {r.sum_of_tensor_bytes:,} B unshared), "
           f"weights {r.weights_bytes:,} B, code {r.code_bytes:,} B")
+    if m["memory"].get("mcu"):  # a microcontroller: what the firmware image takes of the board's flash and RAM
+        print(f"  memory on {m['board']['name']} (from the linker map; also in memory.txt, memory.json):")
+        print("\n".join("    " + ln for ln in (r.bundle.path / "memory.txt").read_text().splitlines()[1:]))
     from .board import load_board
 
     if example is not None and load_board(m["board"]["name"]).transport.get("kind", "local") != "local":
@@ -46,6 +49,8 @@ def _cmd_build(a: argparse.Namespace) -> int:
         for size, err in check_against_onnxruntime(r.bundle, model, sizes):
             print(f"  checked against onnxruntime at {size}: max relative error {err:.2e}")
     ins = " ".join(f"--input {i['name']}.npy" for i in m["inputs"])
+    if m.get("firmware"):
+        print(f"flash it: edgepack flash {r.bundle.path} --board {m['board']['name']}")
     print(f"run it: edgepack run {r.bundle.path} {ins} -o out/")
     return 0
 
@@ -129,7 +134,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--threads", type=int, help="worker threads (default: the board's cores)")
     from .commands.flash import add_connection_args
 
-    add_connection_args(r)  # --board/--host/...: run on a remote board (default: the package's board)
+    add_connection_args(r, serial=True)  # --board/--host/--serial...: run on a remote board (default: the package's)
     r.set_defaults(fn=_cmd_run)
 
     i = sub.add_parser("inspect", help="show a model's inputs, dynamic dims and operators")

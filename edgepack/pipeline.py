@@ -61,15 +61,6 @@ def lower_model(name: str, model: onnx.ModelProto, dims: list[DimRange]):
     return lowered
 
 
-def tvm_target_for(board: Board):
-    """The board's TVM target; C-source boards get plain "c" (that kind takes no triple or core count)."""
-    if board.target.kind == "c":
-        import tvm
-
-        return tvm.target.Target({"kind": "c"})
-    return board.tvm_target()
-
-
 def schedules_for(board: Board):
     from .schedule.variants import Schedules
 
@@ -114,7 +105,7 @@ def build_package(model_path: str | Path, board: Board | str = "host", dim_range
     stage = stage_dir(out)
     try:
         kfile = "kernels.c" if board.target.kind == "c" else "kernels.o"
-        kobj = compile_kernels(impls, tvm_target_for(board), stage / "kernels" / kfile, dims)
+        kobj = compile_kernels(impls, board.tvm_target(), stage / "kernels" / kfile, dims)
         weights = layout_weights(plan)
         sources = emit_package(plan, impls, weights, kobj.workspace_per_thread, board.target.cores,
                                schedules.dispatchers)

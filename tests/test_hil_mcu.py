@@ -6,7 +6,9 @@ Default: the mps2-an386 stand-in (QEMU, Cortex-M4F), plus one model on mps2-an38
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import struct
 import time
 
@@ -222,3 +224,99 @@ def test_stand_in_keeps_its_flash_across_down_and_up(device, build, board, tmp_p
     finally:
         dev.close()
     assert os.path.exists(standin.state_dir(board) / "firmware.elf")
+
+
+# -- the command line on a microcontroller ------------------------------------------------------------------
+@pytest.fixture
+def cli_standin(board, tmp_path, monkeypatch):
+    """A stand-in of its own for CLI tests (the module's `device` keeps its own), always stopped after."""
+    if not board.section("standin"):
+        pytest.skip("the CLI tests drive the stand-in")
+    monkeypatch.setenv("EDGEPACK_STATE_DIR", str(tmp_path / "standins"))  # read by the CLI subprocesses too
+    yield board
+    standin.down(board)
+    assert standin.saved_connection(board) is None
+
+
+def _cli(*args: str) -> str:
+    r = run_cli(*args)
+    assert r.returncode == 0, f"edgepack {' '.join(args)}: {r.stderr.strip()}"
+    return r.stdout
+
+
+def _cli_check(bundle, model: str, sizes: list[int], tmp_path) -> float:
+    """`edgepack run` (no address: the running stand-in) against onnxruntime at each batch size."""
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(EXAMPLES[model].path), providers=["CPUExecutionProvider"])
+    worst = 0.0
+    for n in sizes:
+        x = random_inputs(bundle.manifest, {"batch": n}, seed=n)[0]
+        np.save(tmp_path / f"x{n}.npy", x)
+        out = _cli("run", str(bundle.path), "--input", str(tmp_path / f"x{n}.npy"), "-o", str(tmp_path / f"o{n}"))
+        err = max_rel_error(np.load(out.split()[0]), sess.run(None, {sess.get_inputs()[0].name: x})[0])
+        assert err < TOL, f"{model} at batch={n}: max relative error {err:.2e}"
+        worst = max(worst, err)
+    return worst
+
+
+def test_cli_flash_run_bench_on_the_stand_in(cli_standin, build, tmp_path):
+    board, bundle = cli_standin, build("mlp", cli_standin.name)
+    out = _cli("flash", str(bundle.path), "--board", board.name)
+    conn = standin.saved_connection(board)
+    assert conn is not None and conn.serial in out and f"standin down {board.name}" in out  # it stays up
+    _cli_check(bundle, "mlp", [1, 7, 64], tmp_path)
+    out = _cli("bench", str(bundle.path), "--sizes", "batch=1,8", "--repeat", "3", "-o", str(tmp_path / "run.json"))
+    assert " ticks" in out and "instruction count" in out and " us " not in out
+    doc = json.loads((tmp_path / "run.json").read_text())
+    assert {s["unit"] for s in doc["sizes"]} == {"ticks"} and "-icount" in doc["machine"]["timer"]
+    md = _cli("report", str(tmp_path / "run.json"), "-o", str(tmp_path / "r.html"), "--markdown", str(tmp_path / "r.md"))
+    assert "ticks" in (tmp_path / "r.md").read_text() and md
+
+
+def test_cli_errors_on_a_microcontroller(cli_standin, build, tmp_path):
+    board, bundle = cli_standin, build("mlp", cli_standin.name)
+    np.save(tmp_path / "x.npy", np.zeros((2, 32), np.float32))
+    cases = [(("run", str(bundle.path), "--input", str(tmp_path / "x.npy")), "flash it first"),  # nothing up
+             (("run", str(bundle.path), "--input", str(tmp_path / "x.npy"), "--serial", "socket://127.0.0.1:1"),
+              "give its port with --serial"),
+             (("flash", str(bundle.path), "--rollback"), "--rollback is for Linux boards"),
+             (("flash", str(bundle.path), "--board", "qemu-aarch64"), "was built for board"),
+             (("tune", str(EXAMPLES["mlp"].path), "--board", "nucleo-f746zg", "--dim", "batch=1:8",
+               "--db", str(tmp_path / "x.db")), "--serial PORT"),  # a real MCU needs its port
+             (("tune", str(EXAMPLES["mlp"].path), "--board", board.name, "--server", "127.0.0.1:1", "--dim",
+               "batch=1:8", "--db", str(tmp_path / "x.db")), "not RPC")]
+    for args, want in cases:
+        r = run_cli(*args)
+        assert r.returncode == 2 and want in r.stderr and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
+
+
+def test_build_prints_the_memory_report(board, tmp_path):
+    out = _cli("build", str(EXAMPLES["mlp"].path), "--board", board.name, "--dim", "batch=1:16",
+               "-o", str(tmp_path / "mlp"))
+    mem = json.loads((tmp_path / "mlp" / "memory.json").read_text())
+    for line in (f"flash: {mem['flash_used']:,} of", f"RAM: {mem['ram_used']:,} of", "runtime core .text"):
+        assert line in out, out
+    assert all(k in out for k in ("kernels", "weights", "arena", "firmware", "runtime"))
+    assert f"edgepack flash {tmp_path / 'mlp'} --board {board.name}" in out
+
+
+def test_tune_on_the_stand_in_then_build_with_the_database(cli_standin, tmp_path):
+    """`edgepack tune` measures candidates on the stand-in (one firmware image per batch), `build --db` uses
+    them, and the tuned package's outputs still match onnxruntime."""
+    board, db = cli_standin, tmp_path / "mcu.db"
+    mlp = str(EXAMPLES["mlp"].path)
+    out = _cli("tune", mlp, "--board", board.name, "--dim", "batch=1:64", "--trials", "4", "--samples", "2",
+               "--max-kernels", "1", "--batch", "4", "--db", str(db), "--no-progress")
+    assert "firmware image(s) flashed" in out and "(0 failed)" in out, out
+    assert standin.saved_connection(board) is None  # the stand-in tune started is stopped again
+    out = _cli("build", mlp, "--board", board.name, "--dim", "batch=1:64", "--db", str(db), "-o", str(tmp_path / "t"))
+    assert "tuned kernels: " in out and "untuned:" not in out, out
+    from edgepack.codegen.bundle import Bundle
+
+    bundle = Bundle.open(tmp_path / "t")
+    assert bundle.manifest["tuned"]
+    src = (bundle.path / "kernels" / "kernels.c").read_text()
+    assert not re.search(r"float[0-9]+\b|TVMBackendParallelLaunch", src)  # tuned kernels are plain C too
+    _cli("flash", str(bundle.path), "--board", board.name)
+    _cli_check(bundle, "mlp", [1, 13, 64], tmp_path)

@@ -114,3 +114,35 @@ def test_bad_mcu_board_file_names_the_key(tmp_path):
     (tmp_path / "x.toml").write_text(text.replace('name = "mps2-an386"', 'name = "x"'))
     with pytest.raises(BoardError, match="uart.kind"):
         mcu_config(load_board_file(tmp_path / "x.toml"))
+
+
+def test_c_boards_have_a_c_target():
+    t = load_board("mps2-an386").tvm_target()
+    assert t.kind.name == "c"
+    host = load_board("host").tvm_target()
+    assert host.kind.name == "llvm" and host.attrs["num-cores"] >= 1
+
+
+def test_tuner_hands_mcu_measurers_plain_c_candidates(tmp_path):
+    """On a board without a POSIX loader the tuner passes PrimFuncs (the measurer builds a firmware image per
+    batch), scheduled as the package compiles them: no vectorized or parallel loops."""
+    import tvm
+
+    from edgepack.tune.rpc import MeasureResult
+    from edgepack.tune.tuner import TuneOptions, tune_model
+
+    seen = []
+
+    class Recorder:  # stands in for McuMeasurer: records what it is given, times by the work done
+        def measure_batch(self, inputs):
+            seen.extend(inputs)
+            return [MeasureResult(1e-6 * (1 + k), [1e-6 * (1 + k)]) for k in range(len(inputs))]
+
+    opts = TuneOptions(trials=4, samples="2", max_kernels=1, batch=4, progress=False)
+    rep = tune_model(MLP.path, load_board("mps2-an386"), dict(MLP.dims), tmp_path / "t.db", Recorder(), opts)
+    assert rep.measured == len(seen) > 0 and rep.failed == 0
+    for inp in seen:
+        assert isinstance(inp.kernel, tvm.tirx.PrimFunc), type(inp.kernel)
+        assert inp.kernel.attrs["global_symbol"] == inp.func_name
+        script = inp.kernel.script()
+        assert "T.vectorized" not in script and "T.parallel" not in script, inp.func_name

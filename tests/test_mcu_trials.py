@@ -1,5 +1,6 @@
-"""Tuning on a microcontroller (prepared, not yet wired into `edgepack tune`): a batch of candidate dense
-kernels goes into one firmware image, flashed once, and each candidate is timed on the mps2-an386 stand-in."""
+"""Tuning on a microcontroller (the measurer behind `edgepack tune --board mps2-an386`): a batch of candidate
+dense kernels goes into one firmware image, flashed once, and each candidate is timed on the mps2-an386
+stand-in. The whole command is tested in test_hil_mcu.py."""
 
 from __future__ import annotations
 

@@ -50,15 +50,36 @@ def _open_baseline(model: Path | None, board):
     return OrtBaseline(model, [1, board.target.cores])
 
 
-def _print_summary(sizes) -> None:
+def _print_summary(sizes, board) -> None:
+    from ..report.compare import fmt_time
+
     for s in sizes:
-        st = s.stats
-        line = (f"{s.label():24} median {st.median / 1e3:10.1f} us  p10-p90 {st.p10 / 1e3:.1f}-{st.p90 / 1e3:.1f} us"
-                f"  spread {st.spread:5.1%}  n={st.n}")
+        st, u = s.stats, s.unit
+        line = (f"{s.label():24} median {fmt_time(st.median, u):>14}  p10-p90 {fmt_time(st.p10, u)} - "
+                f"{fmt_time(st.p90, u)}  spread {st.spread:5.1%}  n={st.n}")
         for k, b in s.baselines.items():
             word = "faster" if b.speedup >= 1 else "slower"
-            line += f" | {k} {b.stats.median / 1e3:.1f} us: x{b.speedup:.2f} {word}"
+            line += f" | {k} {fmt_time(b.stats.median)}: x{b.speedup:.2f} {word}"
         print(line)
+    if any(s.unit == "ticks" for s in sizes):
+        print(f"  ticks: {_ticks_meaning(board)}")
+
+
+def _tick_facts(facts: dict, board) -> dict:
+    clock = board.section("mcu").get("clock_hz")
+    return facts | {"timer": _ticks_meaning(board), "clock_mhz": facts.get("clock_mhz") or (clock and clock / 1e6)}
+
+
+def _ticks_meaning(board) -> str:
+    """What a device's ticks count: core clock cycles on a real board; instructions on a QEMU stand-in."""
+    clock = board.section("mcu").get("clock_hz")
+    per = f"of the {clock / 1e6:g} MHz core clock" if clock else "of the device's timer"
+    sc = board.section("standin")
+    if sc.get("module") == "qemu_mps2":
+        shift = int(sc.get("icount_shift", 4))
+        return (f"SysTick ticks {per} under QEMU -icount shift={shift}: an instruction count (one instruction "
+                f"= {2 ** shift} ns of emulated time), repeatable, not the speed of real hardware")
+    return f"timer ticks {per} (core cycles)"
 
 
 def _cmd(a: argparse.Namespace) -> int:
@@ -89,11 +110,13 @@ def _cmd(a: argparse.Namespace) -> int:
         facts = device_facts(device, board)
     finally:
         device.close()
+    if any(r.unit == "ticks" for r in results):  # say in the JSON what the numbers count
+        facts = _tick_facts(facts, board)
     run = Run(created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), command=["edgepack", *sys.argv[1:]],
               package=runner.package_facts(bundle), machine=facts,
               settings=runner.settings_dict(settings, rounds, board.timing.cooldown_ms),
               memory=dict(bundle.manifest["memory"]), baseline=baseline.info() if baseline else None, sizes=results)
-    _print_summary(results)
+    _print_summary(results, board)
     print(f"wrote {save_run(run, a.output)}  (view: edgepack report {a.output} -o report.html)")
     return 0
 

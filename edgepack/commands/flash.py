@@ -1,4 +1,5 @@
-"""`edgepack flash BUNDLE --board B --host H`: install a package on a Linux board over SSH (or roll it back).
+"""`edgepack flash BUNDLE --board B --host H`: install a package on a Linux board over SSH (or roll it back);
+`edgepack flash BUNDLE --board mps2-an386 [--serial PORT]`: flash a microcontroller's firmware and check it.
 
 Also holds the connection flags shared by the commands that reach a board (run, flash, rpc-server).
 """
@@ -7,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 
+from ..errors import BoardError
 
-def add_connection_args(p: argparse.ArgumentParser, board_required: bool = False) -> None:
+
+def add_connection_args(p: argparse.ArgumentParser, board_required: bool = False, serial: bool = False) -> None:
     p.add_argument("--board", required=board_required,
                    help="board name from boards/*.toml" + ("" if board_required else " (default: the package's board)"))
     p.add_argument("--host", help="the board's address (default: the board's running stand-in, if any)")
@@ -17,12 +20,16 @@ def add_connection_args(p: argparse.ArgumentParser, board_required: bool = False
     p.add_argument("--port", type=int, help="SSH port (default: the board file's, else 22)")
     p.add_argument("--accept-new-host-key", action="store_true",
                    help="trust and save an unknown host key (default: refuse hosts not in known_hosts)")
+    if serial:
+        p.add_argument("--serial", metavar="PORT", help="a microcontroller's serial port or pyserial URL, e.g. "
+                       "/dev/ttyACM0 (default: the board's running stand-in)")
 
 
 def connection_from_args(a: argparse.Namespace, board):
     from ..deploy.device import connection_for
 
-    kw = dict(port=a.port, user=a.user, key=a.key, accept_new_host_key=a.accept_new_host_key or None)
+    kw = dict(port=a.port, user=a.user, key=a.key, accept_new_host_key=a.accept_new_host_key or None,
+              serial=getattr(a, "serial", None))
     conn = connection_for(board, host=a.host, **kw)
     if a.accept_new_host_key and not conn.accept_new_host_key:  # a saved stand-in connection: keep the flag
         import dataclasses
@@ -39,7 +46,6 @@ def board_for(a: argparse.Namespace, manifest: dict | None):
 
 def ssh_device(board, a: argparse.Namespace, conn=None):
     from ..deploy.device import open_device
-    from ..errors import BoardError
 
     if board.transport.get("kind") != "ssh":
         raise BoardError(f"board '{board.name}' is not reached over SSH (transport '{board.transport.get('kind', 'local')}'); "
@@ -58,6 +64,11 @@ def _cmd(a: argparse.Namespace) -> int:
     board = board_for(a, bundle.manifest if bundle else None)
     if bundle is not None:
         check_board(bundle, board)  # before connecting: a package for another board is never sent
+    if board.transport.get("kind") == "serial":
+        return _flash_serial(a, board, bundle)
+    if getattr(a, "serial", None):
+        raise BoardError(f"--serial is for microcontroller boards; board '{board.name}' is reached over "
+                         f"{board.transport.get('kind', 'local')} (give --host)")
     dev = ssh_device(board, a)
     try:
         if a.rollback:
@@ -76,9 +87,33 @@ def _cmd(a: argparse.Namespace) -> int:
     return 0
 
 
+def _flash_serial(a: argparse.Namespace, board, bundle) -> int:
+    """A microcontroller: its stand-in restarts with the firmware (and stays up as the board), a real board
+    gets the board file's flasher; then the firmware's info reply must match the package."""
+    from ..deploy.device import open_device
+
+    if a.rollback or bundle is None:
+        raise BoardError(f"--rollback is for Linux boards; flash the previous package's directory to "
+                         f"{board.name} instead")
+    dev = open_device(board, connection_from_args(a, board))
+    try:
+        where = dev.install(bundle)
+        info = dev.info.fields
+    finally:
+        dev.close()
+    print(f"flashed '{bundle.name}' (firmware {info.get('id')}) to {where}; the firmware's info matches the package")
+    if board.section("standin") and not a.serial:
+        print(f"  the {board.name} stand-in (QEMU) stays up as the board at {dev.conn.serial}; commands given "
+              f"--board {board.name} use it; stop it with `edgepack standin down {board.name}`")
+    ins = " ".join(f"--input {i['name']}.npy" for i in bundle.manifest["inputs"])
+    print(f"run it: edgepack run {a.bundle} {ins} -o out/")
+    return 0
+
+
 def register(sub) -> None:
-    p = sub.add_parser("flash", help="install a package on a Linux board over SSH (verified, atomic, with rollback)")
+    p = sub.add_parser("flash", help="install a package on a board: Linux over SSH (verified, atomic, with "
+                       "rollback), microcontrollers over their flasher or stand-in, checked over serial")
     p.add_argument("bundle", help="the package directory (with --rollback: or the package name)")
-    add_connection_args(p)
+    add_connection_args(p, serial=True)
     p.add_argument("--rollback", action="store_true", help="make the previously installed version current again")
     p.set_defaults(fn=_cmd)

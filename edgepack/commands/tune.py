@@ -17,11 +17,47 @@ def _endpoint(text: str | None, flag: str) -> tuple[str, int] | None:
     return host, int(port)
 
 
+def _mcu_measurer(a, board, stack):
+    """Serial boards: candidates batched into firmware images, flashed to the board (--serial) or its
+    stand-in, and timed through the serial protocol. A stand-in started here is stopped at the end."""
+    from .. import standin
+    from ..deploy.device import connection_for
+    from ..errors import EdgepackError
+    from ..mcu.trials import McuMeasurer
+
+    if a.tracker or a.server:
+        raise EdgepackError(f"board '{board.name}' is measured over its serial port, not RPC: drop "
+                            "--tracker/--server (give --serial PORT for a real board)")
+    if not a.serial and not board.section("standin"):  # before any heavy work
+        raise EdgepackError(f"board '{board.name}' is measured on the device: give its serial port with "
+                            "--serial PORT, e.g. --serial /dev/ttyACM0")
+    conn = connection_for(board, serial=a.serial)
+    was_up = board.section("standin") and standin.saved_connection(board) is not None
+    m = stack.enter_context(McuMeasurer(board, conn))
+    if board.section("standin") and not a.serial:
+        if not was_up:
+            stack.callback(standin.down, board)
+        else:  # its flash now holds the last trial image, as a real board's would
+            stack.callback(print, f"the {board.name} stand-in now runs a trial image; `edgepack flash BUNDLE` "
+                           "puts a package back")
+        print(f"measuring on the {board.name} stand-in (QEMU; ticks under -icount count instructions), "
+              f"one firmware image per batch")
+    else:
+        print(f"measuring on {board.name} at {a.serial}, one firmware image per batch")
+    return m
+
+
 def _measurer(a, board, stack):
-    """The board's RPC endpoint from the flags; the host board gets its own tracker and server on loopback."""
+    """The board's RPC endpoint from the flags; the host board gets its own tracker and server on loopback;
+    microcontrollers (transport "serial") are measured through their serial protocol instead."""
     from ..errors import EdgepackError
     from ..tune.rpc import LocalRPC, Measurer
 
+    if board.transport.get("kind") == "serial":
+        return _mcu_measurer(a, board, stack)
+    if a.serial:
+        raise EdgepackError(f"--serial is for microcontroller boards; board '{board.name}' is measured over RPC "
+                            "(--tracker or --server)")
     tracker, server = _endpoint(a.tracker, "--tracker"), _endpoint(a.server, "--server")
     if tracker and server:
         raise EdgepackError("give --tracker or --server, not both")
@@ -56,9 +92,12 @@ def _cmd(a: argparse.Namespace) -> int:
     opts = TuneOptions(trials=a.trials, samples=a.samples, max_kernels=a.max_kernels, batch=a.batch,
                        progress=not a.no_progress)
     with ExitStack() as stack:
-        rep = tune_model(a.model, board, ranges, a.db, _measurer(a, board, stack), opts)
+        measurer = _measurer(a, board, stack)
+        rep = tune_model(a.model, board, ranges, a.db, measurer, opts)
     print(f"tuned {rep.model} on board '{rep.board}' in {rep.seconds:.0f} s: {rep.measured} measurements "
           f"({rep.failed} failed), {rep.reused} reused from {rep.db}")
+    if hasattr(measurer, "images_flashed"):
+        print(f"  {measurer.images_flashed} firmware image(s) flashed; times are device ticks / clock")
     err = "n/a (too few measurements)" if math.isnan(rep.cost_model_error) else f"{100 * rep.cost_model_error:.0f}%"
     print(f"  cost model: median error {err} on held-back measurements")
     for t in rep.tasks:
@@ -86,5 +125,7 @@ def register(sub) -> None:
     p.add_argument("--tracker", metavar="HOST:PORT", help="RPC tracker the board's servers register with")
     p.add_argument("--server", metavar="HOST:PORT", help="a single RPC server (no tracker)")
     p.add_argument("--key", help="RPC key (default: the board's rpc key)")
+    p.add_argument("--serial", help="serial port of a microcontroller board, e.g. /dev/ttyACM0 (default: its "
+                   "stand-in)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(fn=_cmd)

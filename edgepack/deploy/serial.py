@@ -2,7 +2,7 @@
 edgepack serial protocol (edgepack/mcu/protocol.py) with pyserial.
 
 Stand-ins (`[standin]` in the board file, e.g. mps2-an386) are flashed by restarting QEMU with the firmware;
-real boards by the board file's `[flasher] command`, then reached on the serial port given (--board-serial).
+real boards by the board file's `[flasher] command`, then reached on the serial port given (--serial).
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ def flash_image(board: Board, conn: Connection, elf: Path) -> Connection:
         mod = importlib.import_module(f"edgepack.standin.{board.section('standin')['module']}")
         return mod.flash(board, elf)
     if not conn.serial:
-        raise BoardError(f"board '{board.name}' needs its serial port: pass --board-serial /dev/ttyACM0 "
+        raise BoardError(f"board '{board.name}' needs its serial port: pass --serial /dev/ttyACM0 "
                          "(or the port your board shows up as)")
     flasher = mcu_config(board).flasher
     if not flasher:
@@ -195,11 +195,12 @@ def open_link(board: Board, conn: Connection) -> P.Link:
 
     if not conn.serial:
         raise BoardError(f"board '{board.name}' is not connected: flash it first (`edgepack flash BUNDLE "
-                         f"--board {board.name}`) or pass its serial port")
+                         f"--board {board.name}`) or pass its serial port with --serial PORT")
     try:
         port = serial.serial_for_url(conn.serial, baudrate=int(mcu_config(board).uart["baud"]), timeout=0.5)
     except (serial.SerialException, OSError) as e:
-        raise BoardError(f"cannot open serial port {conn.serial}: {e}") from None
+        raise BoardError(f"cannot open serial port {conn.serial} ({str(e).splitlines()[0] if str(e) else e!r}); "
+                         f"check the board is connected and give its port with --serial") from None
     port.reset_input_buffer()  # replies meant for an earlier client
     return P.Link(port)
 

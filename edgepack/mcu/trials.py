@@ -52,9 +52,21 @@ class McuMeasurer:
                  per_image: int = 64, workspace_bytes: int = 4096, timeout_s: float = 300):
         self.board, self.cfg = board, mcu_config(board)
         self.conn = conn or Connection()
+        self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="edgepack-trials-"))
         self.per_image, self.workspace_bytes, self.timeout_s = per_image, workspace_bytes, timeout_s
         self.images_flashed = 0
+
+    def __enter__(self) -> McuMeasurer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Remove the trial images (the board keeps running the last one)."""
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
     def measure(self, inp: MeasureInput) -> MeasureResult:
         return self.measure_batch([inp])[0]
@@ -84,7 +96,7 @@ class McuMeasurer:
                 errors[j] = f"needs {need:,} B of RAM for its arguments; board {self.board.name} has {budget:,} B free"
             else:
                 ok.append(j)
-        kernels_c, failed = _kernels_c([inputs[j] for j in ok])
+        kernels_c, failed = _kernels_c([inputs[j] for j in ok], self.board.tvm_target())
         for k in sorted(failed, reverse=True):
             errors[ok[k]] = failed[k]
             del ok[k]
@@ -166,7 +178,7 @@ def _funcs(inputs: Sequence[MeasureInput]) -> dict:
     return funcs
 
 
-def _kernels_c(inputs: Sequence[MeasureInput]) -> tuple[str, dict[int, str]]:
+def _kernels_c(inputs: Sequence[MeasureInput], target) -> tuple[str, dict[int, str]]:
     """C source of all candidates in one module; a candidate that does not build is left out (its error)."""
     import tvm
 
@@ -175,7 +187,7 @@ def _kernels_c(inputs: Sequence[MeasureInput]) -> tuple[str, dict[int, str]]:
     def build(fs: dict) -> str:
         with tvm.transform.PassContext(opt_level=3, config={"tirx.disable_assert": True,
                                                             "tirx.disable_vectorize": True}):
-            return tvm.tirx.build(tvm.IRModule(fs), target=tvm.target.Target({"kind": "c"})).inspect_source()
+            return tvm.tirx.build(tvm.IRModule(fs), target=target).inspect_source()
 
     try:
         return (build(funcs) if funcs else ""), failed

@@ -14,7 +14,8 @@ def describe(run: Run) -> str:
     clock = f", {m['clock_mhz']:.0f} MHz" if m.get("clock_mhz") else ""
     tuned = "tuned" + (f" (database {p['database_id']})" if p.get("database_id") else "") if p["tuned"] else "untuned"
     return (f"{p['model']['name']} ({dims}) on board {m['board']}: {m['cpu']}, {m.get('cores') or '?'} cores{clock}, "
-            f"{m['os']}; edgepack {p['edgepack_version']}, TVM {p['tvm_version']}, {tuned}; measured {run.created}")
+            f"{m['os']}; edgepack {p['edgepack_version']}, TVM {p['tvm_version']}, {tuned}; measured {run.created}"
+            + (f"; ticks: {m['timer']}" if m.get("timer") else ""))
 
 
 def size_rows(run: Run) -> tuple[list[str], list[list[str]]]:

@@ -7,13 +7,16 @@ Version 1 (the JSON Schema below is the reference; `validate` checks a document 
   package                 from the package manifest: model {name, source, sha256}, dims [{name, min, max}],
                           board {name, triple, cpu, cores}, edgepack_version, tvm_version, tuned,
                           database_id (tuning database, null when untuned), created (build time), path
-  machine                 where it ran: board, transport, cpu, cores, clock_mhz (null if unknown), os, arch, hostname
+  machine                 where it ran: board, transport, cpu, cores, clock_mhz (null if unknown), os, arch, hostname;
+                          optional timer: what "ticks" count, present when a size's unit is "ticks" (e.g. "SysTick
+                          ticks of the 25 MHz core clock under QEMU -icount shift=4: an instruction count ...")
   settings                warmup, repeat, min_time_ms, threads (null: the board's cores), profile, rounds, cooldown_ms
   memory                  bytes: arena (tensors + kernel workspace), tensor, workspace per thread, weights, code
   baseline                null, or {name: "onnxruntime", version, provider, graph_optimization, threads: [..]}
   sizes[]                 one per measured size:
     dims                  {dim name: value} (every dim of the package)
-    unit                  "ns", or "ticks" on devices that count instructions
+    unit                  "ns", or "ticks": the device's own timer (MCUs: core clock ticks; on a QEMU stand-in
+                          under -icount an instruction count, see machine.timer), never converted to time
     threads               worker threads the package used
     stats                 median, p10, p90, min, max, mean of the samples, spread = (p90 - p10) / median, n
     samples               every timed run, in `unit`
@@ -98,7 +101,8 @@ JSON_SCHEMA = {
                         "edgepack_version": _STR, "tvm_version": _STR, "tuned": _BOOL, "database_id": _OPT_STR}},
         "machine": {"type": "object", "required": ["board", "transport", "cpu", "cores", "clock_mhz", "os", "arch"],
                     "properties": {"board": _STR, "transport": _STR, "cpu": _STR, "cores": _OPT_INT,
-                                   "clock_mhz": {"type": ["number", "null"]}, "os": _STR, "arch": _STR}},
+                                   "clock_mhz": {"type": ["number", "null"]}, "os": _STR, "arch": _STR,
+                                   "timer": _STR}},
         "settings": {"type": "object",
                      "required": ["warmup", "repeat", "min_time_ms", "threads", "profile", "rounds", "cooldown_ms"],
                      "properties": {"warmup": _INT, "repeat": _INT, "min_time_ms": _INT, "threads": _OPT_INT,

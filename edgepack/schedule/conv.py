@@ -48,7 +48,9 @@ def conv_extents(func: tirx.PrimFunc, block: str) -> list[int]:
     return [int(iv.dom.extent) for iv in sch.get(sch.get_sblock(block)).iter_vars[1:]]
 
 
-def schedule_conv(func: tirx.PrimFunc, block: str, tiles: ConvTiles, parallel: bool) -> tirx.PrimFunc:
+def schedule_conv(func: tirx.PrimFunc, block: str, tiles: ConvTiles, parallel: bool,
+                  vectorize: bool = True) -> tirx.PrimFunc:
+    """`vectorize`/`parallel` off for C-source kernels (target "c"; gcc vectorizes the plain loops)."""
     sch = s_tir.Schedule(tvm.IRModule({"main": func}))
     blk = sch.get_sblock(block)
     n, f, y, x, rc, ry, rx = sch.get_loops(blk)
@@ -59,7 +61,8 @@ def schedule_conv(func: tirx.PrimFunc, block: str, tiles: ConvTiles, parallel: b
     sch.unroll(fi)
     sch.unroll(yi)
     _fuse_epilogue(sch, blk, xo)
-    sch.vectorize(xi)
+    if vectorize:
+        sch.vectorize(xi)
     if parallel:
         sch.parallel(sch.fuse(n, fo, yo))
         for p in sch.get_producers(blk):

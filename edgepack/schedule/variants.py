@@ -79,7 +79,8 @@ class Schedules:
 
 def make_variants(name: str, func: tirx.PrimFunc, sched: Schedules) -> KernelImpl:
     if name in sched.conv and (cb := conv_block(func)) is not None:
-        return KernelImpl(name, None, [Variant(name, 0, schedule_conv(func, cb, sched.conv[name], sched.cores > 1))])
+        conv = schedule_conv(func, cb, sched.conv[name], sched.cores > 1 and sched.parallel, sched.vectorize)
+        return KernelImpl(name, None, [Variant(name, 0, conv)])
     split = find_row_split(func)
     block = matmul_block(func)
     choice = None

@@ -20,12 +20,14 @@ def kernel_name(tiles: DenseTiles | ConvTiles) -> str:
     return f"dense_r{tiles.rows}_c{tiles.cols}_u{tiles.unroll_k}" + ("_p" if tiles.par_cols else "")
 
 
-def main_variant(func, split: RowSplit, block: str, tiles: DenseTiles | ConvTiles, parallel: bool = True):
+def main_variant(func, split: RowSplit, block: str, tiles: DenseTiles | ConvTiles, parallel: bool = True,
+                 vectorize: bool = True):
     """The configuration's main variant as a PrimFunc named `kernel_name(tiles)` (a convolution has only
-    one variant: the symbolic kernel, any batch)."""
+    one variant: the symbolic kernel, any batch). `vectorize`/`parallel`: as the package will compile it
+    (Schedules.vectorize/parallel; off for C-source boards)."""
     if isinstance(tiles, ConvTiles):
-        return schedule_conv(func, block, tiles, parallel).with_attr("global_symbol", kernel_name(tiles))
-    kernel = schedule_dense(specialize_rows(func, split, tiles.rows), block, tiles, parallel)
+        return schedule_conv(func, block, tiles, parallel, vectorize).with_attr("global_symbol", kernel_name(tiles))
+    kernel = schedule_dense(specialize_rows(func, split, tiles.rows), block, tiles, parallel, vectorize)
     return kernel.with_attr("global_symbol", kernel_name(tiles))
 
 

@@ -85,6 +85,8 @@ def split_budget(tasks: list[TuneTask], samples: dict[str, Samples], trials: int
 class Tuner:
     def __init__(self, tasks: list[TuneTask], board: Board, db: TuningDB, measurer, opts: TuneOptions,
                  model_name: str):
+        from ..pipeline import schedules_for
+
         self.tasks, self.board, self.db, self.measurer, self.opts = list(tasks), board, db, measurer, opts
         self.model_name = model_name
         self.hw = hardware_of(board)
@@ -94,7 +96,9 @@ class Tuner:
         self.batch = opts.batch or tune_setting(board, "batch", 8)
         self.samples = {t.dim.name: make_samples(opts.samples, t.dim) for t in tasks}
         self.measured = self.failed = self.reused = 0
-        self._built: dict = {}  # (task index, tiles) -> (PrimFunc, .so path or BuildError)
+        self._built: dict = {}  # (task index, tiles) -> (PrimFunc, what the measurer gets or BuildError)
+        sched = schedules_for(board)  # candidates are scheduled as the package will compile them (C: plain loops)
+        self._parallel, self._vectorize = sched.parallel and board.target.cores > 1, sched.vectorize
         self._workdir = tempfile.TemporaryDirectory(prefix="edgepack-tune-")
         self.searches: list[TaskSearch] = []
         self.workloads = []
@@ -168,7 +172,8 @@ class Tuner:
 
     def _kernel(self, i: int, t):
         """The configuration's main variant built for the board (once: mt is an argument, so it serves every
-        row count), or the BuildError it gave."""
+        row count), or the BuildError it gave. Boards without a POSIX loader (MCUs) get the PrimFunc itself:
+        their measurer builds a whole batch into one firmware image."""
         from ..errors import BuildError
         from .rpc import export_kernel
         from .trial import kernel_name, main_variant
@@ -176,7 +181,10 @@ class Tuner:
         key = (i, t)
         if key not in self._built:
             s = self.searches[i]
-            func = main_variant(s.task.func, s.task.split, s.task.block, t, self.board.target.cores > 1)
+            func = main_variant(s.task.func, s.task.split, s.task.block, t, self._parallel, self._vectorize)
+            if self.board.toolchain.platform != "posix":
+                self._built[key] = (func, func)
+                return self._built[key]
             path = Path(self._workdir.name) / f"{i}_{kernel_name(t)}.so"
             try:
                 self._built[key] = (func, export_kernel(func, self.board, path, name=kernel_name(t)))
