@@ -8,7 +8,7 @@ import platform
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import onnx
@@ -70,7 +70,8 @@ def schedules_for(board: Board):
         # DLight's CPU rules only act under an LLVM CPU target; their vectorized or parallel results are
         # refused for C (generic_schedule), so a plain single-core one is enough
         rules = tvm.target.Target({"kind": "llvm", "num-cores": 1})
-        return Schedules(vector_lanes=board.vector_lanes_f32, cores=1, target=rules, vectorize=False, parallel=False)
+        return Schedules(vector_lanes=board.vector_lanes_f32, cores=1, target=rules, vectorize=False, parallel=False,
+                         pack=False)
     return Schedules(vector_lanes=board.vector_lanes_f32, cores=board.target.cores, target=board.tvm_target())
 
 
@@ -101,6 +102,9 @@ def build_package(model_path: str | Path, board: Board | str = "host", dim_range
         tuning = {"db": str(Path(db).resolve()), "db_sha256": sha256(Path(db)), "kernels": applied.tuned,
                   "untuned": applied.untuned}
     impls = {k: make_variants(k, f, schedules) for k, f in lowered.kernels.items()}
+    for k in _shared_packed_weights(plan, impls):  # a weight another call reads unpacked stays unpacked
+        impls[k] = make_variants(k, lowered.kernels[k], replace(schedules, pack=False))
+    _pack_weights(plan, impls)
 
     stage = stage_dir(out)
     try:
@@ -162,6 +166,36 @@ def build_package(model_path: str | Path, board: Board | str = "host", dim_range
         raise
     return BuildResult(Bundle(out, manifest), time.perf_counter() - t0, manifest["memory"]["arena_bytes"],
                        plan.arena_bytes, plan_json["sum_of_tensor_bytes"], len(weights.blob), code_bytes)
+
+
+def _packed_args(plan, impls):
+    """(kernel, weight tensor id, panel) for every packed weight argument of every call."""
+    return [(c.kernel, c.args[pi], panel) for c in plan.calls for pi, panel in impls[c.kernel].packed.items()]
+
+
+def _shared_packed_weights(plan, impls) -> set[str]:
+    """Kernels whose packed weight is also read by another kernel, or is not a plain weight."""
+    readers: dict[int, set[str]] = {}
+    for c in plan.calls:
+        for a in c.tensors:
+            readers.setdefault(a, set()).add(c.kernel)
+    return {k for k, tid, _ in _packed_args(plan, impls)
+            if readers[tid] != {k} or plan.tensor(tid).kind != "param"}
+
+
+def _pack_weights(plan, impls) -> None:
+    """Permute each packed weight's data and shape once, as its kernels now read it (schedule/pack.py)."""
+    from .model.plan import SymExpr
+    from .schedule.pack import pack_array
+
+    done = set()
+    for _, tid, panel in _packed_args(plan, impls):
+        if tid in done:
+            continue
+        done.add(tid)
+        i = plan.params.index(tid)
+        plan.param_values[i] = pack_array(plan.param_values[i], panel)
+        plan.tensor(tid).shape = [SymExpr.const(d) for d in plan.param_values[i].shape]
 
 
 def _package_glue(name: str) -> str:

@@ -99,3 +99,33 @@ def test_symexpr_c_and_python_agree():
     for v in (1, 7, 256):
         assert e.eval({"seq": v}) == (v * 3 + 1) // 2 - v % 4
     assert "seq" in e.c and "//" not in e.c
+
+
+def test_weights_are_packed_in_panels_unless_shared(tmp_path):
+    """A weight read by one dense kernel is stored in column panels (and the kernel reads it so); a weight
+    that two different kernels read stays in its own layout. Outputs match onnxruntime either way."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edgepack.check import check_against_onnxruntime
+    from edgepack.pipeline import build_package
+
+    rng = np.random.default_rng(0)
+    w, v = rng.standard_normal((32, 64)).astype(np.float32), rng.standard_normal((32, 128)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["xw"]), helper.make_node("Add", ["xw", "b"], ["y1"]),
+             helper.make_node("MatMul", ["x", "w"], ["xw2"]), helper.make_node("Relu", ["xw2"], ["y2"]),
+             helper.make_node("MatMul", ["x", "v"], ["xv"]), helper.make_node("Add", ["xv", "c"], ["y3"])]
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(v, "v"),
+             numpy_helper.from_array(rng.standard_normal(64).astype(np.float32), "b"),
+             numpy_helper.from_array(rng.standard_normal(128).astype(np.float32), "c")]
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["m", k]) for n, k in (("y1", 64), ("y2", 64), ("y3", 128))]
+    g = helper.make_graph(nodes, "tied", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["m", 32])], outs, inits)
+    path = tmp_path / "tied.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), path)
+    r = build_package(path, "host", {"m": (1, 40)}, tmp_path / "tied")
+    plan = json.loads((r.bundle.path / "plan.json").read_text())
+    ranks = sorted(len(t["shape"]) for t in plan["tensors"] if t["kind"] == "param" and len(t["shape"]) > 1)
+    assert ranks == [2, 3]  # w shared by two kernels: as it was; v: [N / panel, K, panel]
+    for size, err in check_against_onnxruntime(r.bundle, path, [{"m": m} for m in (1, 7, 16, 40)]):
+        assert err < 1e-4, size

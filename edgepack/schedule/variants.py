@@ -19,6 +19,7 @@ from tvm import s_tir, tirx
 from ..model.plan import c_ident
 from .conv import ConvTiles, conv_block, schedule_conv
 from .dense import DenseTiles, schedule_dense, schedule_matmul_rowwise
+from .pack import pack_func, packing
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class KernelImpl:
     name: str
     split: RowSplit | None
     variants: list[Variant]  # split kernels: main variant(s) first, edge variant last
+    packed: dict[int, int] = field(default_factory=dict)  # parameter index -> panel width of a packed weight
 
     @property
     def edge(self) -> Variant:
@@ -75,6 +77,7 @@ class Schedules:
     # single-core boards (no thread pool: parallel loops would only add launch overhead).
     vectorize: bool = True
     parallel: bool = True
+    pack: bool = True  # dense weights in column panels (schedule/pack.py); off for C-source boards
 
 
 def make_variants(name: str, func: tirx.PrimFunc, sched: Schedules) -> KernelImpl:
@@ -92,11 +95,14 @@ def make_variants(name: str, func: tirx.PrimFunc, sched: Schedules) -> KernelImp
                    else generic_schedule(func, sched.target, sched.vectorize, sched.parallel))
         return KernelImpl(name, None, [Variant(name, 0, generic)])
     par, vec = sched.cores > 1 and sched.parallel, sched.vectorize
+    packed = {}
+    if sched.pack and (pk := packing(func, block, sched.vector_lanes)) is not None:
+        func, packed = pack_func(func, block, pk[0], pk[2]), {pk[1]: pk[2]}
     mains = [Variant(f"{name}_t{t.rows}" if len(choice.mains) == 1 else f"{name}_k{j}_t{t.rows}", t.rows,
                      schedule_dense(specialize_rows(func, split, t.rows), block, t, par, vec), True)
              for j, t in enumerate(choice.mains)]
     edge_f = schedule_dense(func, block, choice.edge.with_rows(1), parallel=par, vectorize=vec)
-    return KernelImpl(name, split, mains + [Variant(f"{name}_edge", 0, edge_f)])
+    return KernelImpl(name, split, mains + [Variant(f"{name}_edge", 0, edge_f)], packed)
 
 
 def generic_schedule(func: tirx.PrimFunc, target, vectorize: bool = True, parallel: bool = True) -> tirx.PrimFunc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..model.symexpr import to_sym
 from ..schedule.conv import ConvTiles, schedule_conv
 from ..schedule.dense import DenseTiles, schedule_dense
+from ..schedule.pack import pack_func, packing
 from ..schedule.variants import RowSplit, specialize_rows
 from .rpc import MeasureInput
 
@@ -21,12 +22,14 @@ def kernel_name(tiles: DenseTiles | ConvTiles) -> str:
 
 
 def main_variant(func, split: RowSplit, block: str, tiles: DenseTiles | ConvTiles, parallel: bool = True,
-                 vectorize: bool = True):
+                 vectorize: bool = True, pack_lanes: int | None = None):
     """The configuration's main variant as a PrimFunc named `kernel_name(tiles)` (a convolution has only
-    one variant: the symbolic kernel, any batch). `vectorize`/`parallel`: as the package will compile it
-    (Schedules.vectorize/parallel; off for C-source boards)."""
+    one variant: the symbolic kernel, any batch). `vectorize`/`parallel`/`pack_lanes` (weights packed in
+    panels for this vector width, None: not packed): as the package will compile it (Schedules)."""
     if isinstance(tiles, ConvTiles):
         return schedule_conv(func, block, tiles, parallel, vectorize).with_attr("global_symbol", kernel_name(tiles))
+    if pack_lanes and (pk := packing(func, block, pack_lanes)) is not None:
+        func = pack_func(func, block, pk[0], pk[2])
     kernel = schedule_dense(specialize_rows(func, split, tiles.rows), block, tiles, parallel, vectorize)
     return kernel.with_attr("global_symbol", kernel_name(tiles))
 

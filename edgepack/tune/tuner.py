@@ -99,6 +99,7 @@ class Tuner:
         self._built: dict = {}  # (task index, tiles) -> (PrimFunc, what the measurer gets or BuildError)
         sched = schedules_for(board)  # candidates are scheduled as the package will compile them (C: plain loops)
         self._parallel, self._vectorize = sched.parallel and board.target.cores > 1, sched.vectorize
+        self._pack_lanes = sched.vector_lanes if sched.pack else None
         self._workdir = tempfile.TemporaryDirectory(prefix="edgepack-tune-")
         self.searches: list[TaskSearch] = []
         self.workloads = []
@@ -181,7 +182,8 @@ class Tuner:
         key = (i, t)
         if key not in self._built:
             s = self.searches[i]
-            func = main_variant(s.task.func, s.task.split, s.task.block, t, self._parallel, self._vectorize)
+            func = main_variant(s.task.func, s.task.split, s.task.block, t, self._parallel, self._vectorize,
+                                self._pack_lanes)
             if self.board.toolchain.platform != "posix":
                 self._built[key] = (func, func)
                 return self._built[key]
