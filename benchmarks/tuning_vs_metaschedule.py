@@ -38,6 +38,7 @@ from edgepack.board import load_board
 from edgepack.model.symexpr import to_sym
 from edgepack.pipeline import lower_model, prepare
 from edgepack.schedule.dense import schedule_dense
+from edgepack.schedule.pack import pack_func, packing
 from edgepack.schedule.variants import specialize_rows
 from edgepack.tune.rpc import LocalRPC, MeasureInput, Measurer
 from edgepack.tune.search import tiles_of
@@ -110,11 +111,12 @@ def numpy_us(n: int, rows: int, reps: int = 30) -> float:
     return statistics.median(ts) * 1e6
 
 
-def ours_inputs(task, sel: dict, dispatch, rows: int, par: bool) -> list[MeasureInput]:
+def ours_inputs(task, sel: dict, dispatch, rows: int, par: bool, lanes: int) -> list[MeasureInput]:
+    """edgepack's kernels for `rows` as the package runs them (packed weights, main + edge)."""
     t = tiles_of(sel["mains"][dispatch(rows)])
     whole, rest = rows - rows % t.rows, rows % t.rows
-    out = [main_variant_input(task.func, task.split, task.block, t, whole, par)] if whole else []
-    return out + ([main_variant_input(task.func, task.split, task.block, tiles_of(sel["edge"]), rest, par)]
+    out = [main_variant_input(task.func, task.split, task.block, t, whole, par, lanes)] if whole else []
+    return out + ([main_variant_input(task.func, task.split, task.block, tiles_of(sel["edge"]), rest, par, lanes)]
                   if rest else [])
 
 
@@ -161,9 +163,12 @@ def main() -> None:
             sel = sels[k]
             td = TreeDispatcher.fit([dr[0]], [{"seq": v} for v in sel["samples"]["values"]], sel["assign"])
             dispatch = lambda r: td.choose({"seq": r})  # noqa: E731
-            guarded = schedule_dense(t.func, t.block, tiles_of(sel["mains"][0]), par).with_attr("global_symbol", "guarded")
+            # the same tiles on the symbolic function (weights packed the same way): only the micro-kernels differ
+            pk = packing(t.func, t.block, board.vector_lanes_f32)
+            sym = pack_func(t.func, t.block, pk[0], pk[2]) if pk else t.func
+            guarded = schedule_dense(sym, t.block, tiles_of(sel["mains"][0]), par).with_attr("global_symbol", "guarded")
             for s in list(samples) + unsampled:
-                ours = ours_inputs(t, sel, dispatch, s, par)
+                ours = ours_inputs(t, sel, dispatch, s, par, board.vector_lanes_f32)
                 g = MeasureInput(guarded, "guarded", spec_of(guarded, {t.split.dim: s, "seq": s}))
                 w = winners.get((k, s))
                 wi = [MeasureInput(w.with_attr("global_symbol", "ms"), "ms", spec_of(w, {}))] if w is not None else []

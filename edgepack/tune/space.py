@@ -18,6 +18,7 @@ import numpy as np
 
 from ..schedule.conv import ConvTiles
 from ..schedule.dense import DenseTiles
+from ..schedule.pack import panel_for
 
 ROW_TILES = (1, 2, 4, 8, 16)
 UNROLL_K = (1, 2, 4)
@@ -45,6 +46,7 @@ class Hardware:
     lanes: int  # fp32 lanes per vector register
     registers: int  # vector registers (16: AVX2, SSE; 32: AVX-512, NEON on aarch64)
     cores: int
+    packed: bool = False  # dense weights in column panels (schedule/pack.py): column tiles stay within a panel
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,9 @@ def candidates(task: DenseTask | ConvTask, hw: Hardware) -> list:
     # (measured 6-7x slower than 2 or 4 vectors on AVX2)
     cols = sorted({c for m in (1, 2, 4, 8) for c in [m * hw.lanes] if c <= task.n and task.n % c == 0}
                   | ({task.n} if task.n < hw.lanes else set())) or [_odd_width(task.n, hw.lanes)]
+    panel = panel_for(task.n, hw.lanes) if hw.packed else None
+    if panel:  # a tile wider than a panel reads across panels: measured 3x slower than one within it
+        cols = [c for c in cols if panel % c == 0]
     row_cap = max(1.0, 1.1 * task.hi)
     out = []
     for c in cols:

@@ -50,9 +50,9 @@ def args_spec(kernel, tiles: DenseTiles | ConvTiles, rows: int, dim: str = "") -
 
 
 def main_variant_input(func, split: RowSplit, block: str, tiles: DenseTiles, rows: int,
-                       parallel: bool = True) -> MeasureInput:
+                       parallel: bool = True, pack_lanes: int | None = None) -> MeasureInput:
     """MeasureInput for `tiles`' main variant on `rows` rows (a multiple of tiles.rows)."""
     if rows % tiles.rows:
         raise ValueError(f"rows {rows} is not a multiple of the row tile {tiles.rows}")
-    kernel = main_variant(func, split, block, tiles, parallel)
+    kernel = main_variant(func, split, block, tiles, parallel, pack_lanes=pack_lanes)
     return MeasureInput(kernel, kernel_name(tiles), args_spec(kernel, tiles, rows))

@@ -58,8 +58,11 @@ class TuneReport:
 
 
 def hardware_of(board: Board) -> Hardware:
+    from ..pipeline import schedules_for
+
     regs = 32 if board.target.vector_bits >= 512 or "aarch64" in board.target.triple else 16
-    return Hardware(lanes=board.vector_lanes_f32, registers=regs, cores=board.target.cores)
+    return Hardware(lanes=board.vector_lanes_f32, registers=regs, cores=board.target.cores,
+                    packed=schedules_for(board).pack)
 
 
 def tune_setting(board: Board, key: str, default: int) -> int:
