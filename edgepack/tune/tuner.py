@@ -57,12 +57,10 @@ class TuneReport:
     skipped: list[str] = field(default_factory=list)  # kernels with no micro-kernel space on this board
 
 
-def hardware_of(board: Board) -> Hardware:
-    from ..pipeline import schedules_for
-
+def hardware_of(board: Board, packed: bool) -> Hardware:
+    """The space's hardware limits; `packed`: dense weights in panels (Schedules.pack for the board)."""
     regs = 32 if board.target.vector_bits >= 512 or "aarch64" in board.target.triple else 16
-    return Hardware(lanes=board.vector_lanes_f32, registers=regs, cores=board.target.cores,
-                    packed=schedules_for(board).pack)
+    return Hardware(lanes=board.vector_lanes_f32, registers=regs, cores=board.target.cores, packed=packed)
 
 
 def tune_setting(board: Board, key: str, default: int) -> int:
@@ -92,7 +90,8 @@ class Tuner:
 
         self.tasks, self.board, self.db, self.measurer, self.opts = list(tasks), board, db, measurer, opts
         self.model_name = model_name
-        self.hw = hardware_of(board)
+        sched = schedules_for(board)  # candidates are scheduled as the package will compile them (C: plain loops)
+        self.hw = hardware_of(board, sched.pack)
         # one cost model per operator class: every measurement of that class, on any shape, trains it
         self.costs = {kind: CostModel(self.hw, seed=opts.seed) for kind in {t.kind for t in tasks}}
         self.k_max = opts.max_kernels or tune_setting(board, "max_kernels", 4)
@@ -100,7 +99,6 @@ class Tuner:
         self.samples = {t.dim.name: make_samples(opts.samples, t.dim) for t in tasks}
         self.measured = self.failed = self.reused = 0
         self._built: dict = {}  # (task index, tiles) -> (PrimFunc, what the measurer gets or BuildError)
-        sched = schedules_for(board)  # candidates are scheduled as the package will compile them (C: plain loops)
         self._parallel, self._vectorize = sched.parallel and board.target.cores > 1, sched.vectorize
         self._pack_lanes = sched.vector_lanes if sched.pack else None
         self._workdir = tempfile.TemporaryDirectory(prefix="edgepack-tune-")
