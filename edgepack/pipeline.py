@@ -19,7 +19,8 @@ from .codegen.bundle import (Bundle, commit, copy_runtime, make, sha256, stage_d
                              write_manifest)
 from .model import onnx_load
 from .mcu.config import is_mcu, mcu_config
-from .model.plan import DimRange, c_ident
+from .model.names import package_name, rename_model
+from .model.plan import DimRange
 
 # TVM-dependent stages are imported inside the functions that use them: importing TVM takes seconds, and
 # bad input (a missing file, a dim without a range) should be reported before that.
@@ -51,9 +52,9 @@ def lower_model(name: str, model: onnx.ModelProto, dims: list[DimRange]):
     from .model.canonicalize import canonicalize
     from .model.lower import import_relax, lower
 
-    model = canonicalize(model, {d.name: (d.lo, d.hi) for d in dims})
-    lowered = lower(name, import_relax(model), dims)
     ins, outs = onnx_load.graph_inputs(model), onnx_load.graph_outputs(model)
+    model = canonicalize(rename_model(model, dims), {d.c_name: (d.lo, d.hi) for d in dims})
+    lowered = lower(name, import_relax(model), dims)
     for tid, io in zip(lowered.plan.inputs, ins):
         lowered.plan.tensor(tid).name = io.name
     for o, io in zip(lowered.plan.outputs, outs):
@@ -88,7 +89,7 @@ def build_package(model_path: str | Path, board: Board | str = "host", dim_range
     from .codegen.kernels import compile_kernels
     from .schedule.variants import make_variants
 
-    name = name or c_ident(model_path.stem.lower())
+    name = name or package_name(model_path.stem)
     out = Path(out) if out else Path("build") / name
     lowered = lower_model(name, model, dims)
     plan = lowered.plan
@@ -206,7 +207,7 @@ def _package_glue(name: str) -> str:
 
 
 def _io_json(plan, t, name: str) -> dict:
-    return {"name": name, "dtype": t.dtype, "shape": [s.c for s in t.shape]}
+    return {"name": name, "dtype": t.dtype, "shape": [s.to_json() for s in t.shape]}
 
 
 def _dumps(obj) -> str:

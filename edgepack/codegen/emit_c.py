@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..model.plan import ALIGN, Plan, Tensor, align_up
+from ..errors import EdgepackError
+from ..model.names import c_comment, c_string
+from ..model.plan import ALIGN, Plan, SymExpr, Tensor, align_up
 from ..schedule.variants import KernelImpl
 from .dispatch import Dispatcher, FixedChoice
 
@@ -40,6 +44,7 @@ def layout_weights(plan: Plan) -> WeightsLayout:
 
 def emit_package(plan: Plan, impls: dict[str, KernelImpl], weights: WeightsLayout, workspace_per_thread: int,
                  max_threads: int, dispatchers: dict[str, Dispatcher] | None = None) -> CSources:
+    _check_identifiers(plan, impls)
     g = _Emitter(plan, impls, weights, workspace_per_thread, max_threads, dispatchers or {})
     return CSources({
         f"{plan.name}.h": g.header(),
@@ -67,9 +72,8 @@ class _Emitter:
             f"#define EP_{M}_NUM_INPUTS {len(p.inputs)}", f"#define EP_{M}_NUM_OUTPUTS {len(p.outputs)}",
             f"#define EP_{M}_NUM_DIMS {len(p.dims)}",
         ]
-        for i, d in enumerate(p.dims):
-            lines += [f"#define EP_{M}_DIM_{d.c_name.upper()} {i}", f"#define EP_{M}_{d.c_name.upper()}_MIN {d.lo}",
-                      f"#define EP_{M}_{d.c_name.upper()}_MAX {d.hi}"]
+        lines += [f"/* dims[{i}]: {c_comment(d.name)}, {d.lo}..{d.hi} */" for i, d in enumerate(p.dims)]
+        lines += dim_macros(M, p.dims)
         lines += [
             f"/* Arena: {p.arena_bytes} bytes of tensors (shared by lifetime, sized at the dims' upper bounds)",
             f" * + {self.ws} bytes of kernel workspace for each of up to {self.threads} threads. */",
@@ -132,18 +136,18 @@ class _Emitter:
     def _descriptors(self) -> list[str]:
         p = self.p
         out = ["static const ep_dim_desc_t dims_desc[] = {"]
-        out += [f'  {{"{d.name}", {d.lo}, {d.hi}}},' for d in p.dims] or ["  {0, 0, 0},"]
+        out += [f'  {{"{c_string(d.name)}", {d.lo}, {d.hi}}},' for d in p.dims] or ["  {0, 0, 0},"]
         out += ["};"]
         dim_idx = {d.c_name: i for i, d in enumerate(p.dims)}
 
         def io_desc(kind: str, items: list[tuple[str, Tensor]]) -> list[str]:
             lines = []
             for j, (_, t) in enumerate(items):
-                spec = [s.c if s.is_const else (str(-1 - dim_idx[s.c]) if s.c in dim_idx else "-999") for s in t.shape]
+                spec = [s.c if s.is_const else (str(-1 - dim_idx[s.value]) if s.op == "dim" else "-999") for s in t.shape]
                 lines.append(f"static const int64_t {kind}_shape{j}[] = {{{', '.join(spec) or '0'}}};")
             lines.append(f"static const ep_io_desc_t {kind}_desc[] = {{")
             for j, (name, t) in enumerate(items):
-                lines.append(f'  {{"{_c_str(name)}", "{t.dtype}", {t.itemsize}, {len(t.shape)}, {kind}_shape{j}}},')
+                lines.append(f'  {{"{c_string(name)}", "{t.dtype}", {t.itemsize}, {len(t.shape)}, {kind}_shape{j}}},')
             lines.append("};")
             return lines
 
@@ -204,7 +208,7 @@ class _Emitter:
         for d in p.dims:
             out += [
                 f"  if ({d.c_name} < {d.lo} || {d.c_name} > {d.hi}) {{",
-                f'    ep_msg_set(&ctx->msg, "dim {d.name} = ", "", "");',
+                f'    ep_msg_set(&ctx->msg, "dim {c_string(d.name)} = ", "", "");',
                 f"    ep_msg_append_i64(&ctx->msg, {d.c_name});",
                 f'    ep_msg_append(&ctx->msg, " is outside its declared range {d.lo}..{d.hi}");',
                 "    return EP_ERR_SHAPE;", "  }",
@@ -229,7 +233,7 @@ class _Emitter:
         dt = np.dtype(t.dtype)
         code = _DL_CODE[dt.kind]
         bits = 8 if dt.kind == "b" else dt.itemsize * 8
-        lines = [f"  /* t{t.id} {t.name}: {t.kind} {t.dtype}[{', '.join(s.c for s in t.shape)}] */"]
+        lines = [f"  /* t{t.id} {c_comment(t.name)}: {t.kind} {t.dtype}[{', '.join(s.c for s in t.shape)}] */"]
         lines += [f"  ctx->shape[{t.id}][{a}] = {s.c};" for a, s in enumerate(t.shape)]
         if t.kind == "arena":
             data = f"ctx->arena + {self.p.blocks[t.block].offset}"
@@ -286,14 +290,14 @@ class _Emitter:
         mains = impl.variants[:-1]
         na = len(c.args)
         lines = [
-            f"  {{ /* call {n}: {c.kernel}, rows along {sp.dim}: whole tiles on a main variant, the rest on the edge variant */",
+            f"  {{ /* call {n}: {c.kernel}, rows along {self._rows(c, sp).c}: whole tiles on a main variant, the rest on the edge variant */",
             f"    static const int64_t tiles[] = {{{', '.join(str(v.tile) for v in mains)}}};",
             f"    const int choice = ep_{self.m}_dispatch_{c.kernel}(dims);",
             f"    if (choice < 0 || choice >= {len(mains)}) {{",
             f'      ep_msg_set(&ctx->msg, "no kernel variant of {c.kernel} for these dims", "", "");',
             "      return EP_ERR_SHAPE;",
             "    }",
-            f"    const int64_t rows = {sp.dim}, tile = tiles[choice], whole = rows - rows % tile;",
+            f"    const int64_t rows = {self._rows(c, sp).c}, tile = tiles[choice], whole = rows - rows % tile;",
             f"    DLTensor v[{na}];",
             f"    int64_t vs[{na}][{self.max_rank}];",
             f"    TVMFFIAny a[{na + 1}];",
@@ -323,6 +327,11 @@ class _Emitter:
         lines.append(f"      st = ep_call(__tvm_ffi_{impl.edge.symbol}, a, {na});")
         lines += ["    }", "  }"]
         return lines
+
+    def _rows(self, c, sp) -> SymExpr:
+        """This call's row count, from its own tensors: one kernel may serve calls on different dims."""
+        tid, ax = next((t, ax) for t, ax in zip(c.args, sp.axes) if ax is not None)
+        return self.p.tensor(tid).shape[ax]
 
     def _package(self) -> list[str]:
         m, M, p = self.m, self.M, self.p
@@ -360,5 +369,30 @@ class _Emitter:
         ])
 
 
-def _c_str(s: str) -> str:
-    return s.replace("\\", "\\\\").replace('"', '\\"')
+def dim_macros(M: str, dims) -> list[str]:
+    """EP_<M>_DIM_<NAME>, EP_<M>_<NAME>_MIN/_MAX for each dim whose name is a plain identifier, unless any
+    of them would collide with another dim's (seq and SEQ; DIM_X and X_MIN): such dims are reached by index."""
+    named = [d for d in dims if _PLAIN_NAME.fullmatch(d.name)]
+    macros = {d.name: [f"EP_{M}_DIM_{d.name.upper()}", f"EP_{M}_{d.name.upper()}_MIN", f"EP_{M}_{d.name.upper()}_MAX"]
+              for d in named}
+    seen = Counter(m for ms in macros.values() for m in ms)
+    lines = []
+    for i, d in enumerate(dims):
+        ms = macros.get(d.name)
+        if ms and all(seen[m] == 1 for m in ms):
+            lines += [f"#define {ms[0]} {i}", f"#define {ms[1]} {d.lo}", f"#define {ms[2]} {d.hi}"]
+    return lines
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,31}")
+_C_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _check_identifiers(plan: Plan, impls: dict[str, KernelImpl]) -> None:
+    """What is written into C unquoted is generated by edgepack or TVM from generated names; say so loudly
+    if that ever stops being true rather than emit it."""
+    names = [plan.name, *(d.c_name for d in plan.dims), *impls,
+             *(v.symbol for k in impls.values() for v in k.variants)]
+    bad = [n for n in names if not _C_IDENT.fullmatch(n)]
+    if bad:
+        raise EdgepackError(f"internal: {bad[0]!r} would be written into C as an identifier; report this")

@@ -20,9 +20,11 @@ static int fail(int code, const char* what, const char* detail) {
   return code;
 }
 
+/* The file-name rule of edgepack/deploy/io.py output_file: per UTF-8 byte, at most 64 bytes. */
+#define FILE_NAME_MAX 64
 static void file_safe(char* out, size_t n, const char* name) {
   size_t i = 0;
-  for (; name[i] && i + 1 < n; ++i) {
+  for (; name[i] && i + 1 < n && i < FILE_NAME_MAX; ++i) {
     char c = name[i];
     out[i] = ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.') ? c : '_';
   }
@@ -103,7 +105,7 @@ int main(int argc, char** argv) {
 
   for (int i = 0; i < pkg->num_outputs; ++i) {
     const ep_io_desc_t* io = &pkg->outputs[i];
-    char safe[128], path[4096];
+    char safe[FILE_NAME_MAX + 1], path[4096];
     file_safe(safe, sizeof safe, io->name);
     snprintf(path, sizeof path, "%s/%d_%s.npy", out_dir, i, safe);
     if (ep_npy_write(path, io->dtype, out_shape[i], io->rank, out[i].data, out[i].bytes) != 0)
