@@ -51,9 +51,10 @@ def lower_model(name: str, model: onnx.ModelProto, dims: list[DimRange]):
     """-> model.lower.Lowered: the plan and its TIR kernels."""
     from .model.canonicalize import canonicalize
     from .model.lower import import_relax, lower
+    from .model.op_fixes import fix_ops
 
     ins, outs = onnx_load.graph_inputs(model), onnx_load.graph_outputs(model)
-    model = canonicalize(rename_model(model, dims), {d.c_name: (d.lo, d.hi) for d in dims})
+    model = fix_ops(canonicalize(rename_model(model, dims), {d.c_name: (d.lo, d.hi) for d in dims}))
     lowered = lower(name, import_relax(model), dims)
     for tid, io in zip(lowered.plan.inputs, ins):
         lowered.plan.tensor(tid).name = io.name
