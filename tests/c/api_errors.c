@@ -57,6 +57,6 @@ int main(void) {
   bad |= expect("run: short output buffer", p->run(&ctx, in, out, dims), EP_ERR_ARG);
   out[0].bytes = keep;
   bad |= expect("run again after errors", p->run(&ctx, in, out, dims), EP_OK);
-  ep_pool_stop();
+  p->deinit(&ctx);
   return bad;
 }
