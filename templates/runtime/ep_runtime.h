@@ -60,7 +60,7 @@ typedef struct {
 } ep_dl_tensor_t;
 
 #define EP_MAX_THREADS 16 /* per context, the calling thread included */
-#define EP_POOL_BYTES 640 /* the platform's thread pool state (ep_platform_posix.c checks it fits) */
+#define EP_POOL_BYTES 512 /* the platform's thread pool state (ep_platform_posix.c checks it fits) */
 
 /* Private: a context's runtime state, inside every package context (the caller's memory, no malloc): its
  * thread pool, its kernel workspace, and the first error a kernel or the runtime raised in a run. */
