@@ -195,10 +195,11 @@ class _Emitter:
     def _output_shape(self) -> list[str]:
         p = self.p
         out = [f"ep_status_t ep_{self.m}_output_shape(const int64_t* dims, int index, int64_t* shape) {{",
-               f"  if ({'!dims || ' if p.dims else ''}!shape || index < 0 || index >= {len(p.outputs)}) return EP_ERR_ARG;",
-               f"  for (int d = 0; d < {len(p.dims)}; ++d)",
-               "    if (dims[d] < dims_desc[d].lo || dims[d] > dims_desc[d].hi) return EP_ERR_SHAPE;"]
-        out += self._dim_locals() + ["  switch (index) {"]
+               f"  if ({'!dims || ' if p.dims else ''}!shape || index < 0 || index >= {len(p.outputs)}) return EP_ERR_ARG;"]
+        if p.dims:
+            out += [f"  for (int d = 0; d < {len(p.dims)}; ++d)",
+                    "    if (dims[d] < dims_desc[d].lo || dims[d] > dims_desc[d].hi) return EP_ERR_SHAPE;"]
+        out += self._dim_locals() + ["  (void)dims;", "  switch (index) {"]
         for i, o in enumerate(self.p.outputs):
             t = self.p.tensor(o.tensor)
             out.append(f"    case {i}:")
@@ -214,7 +215,6 @@ class _Emitter:
             f"static ep_status_t run_calls(ep_{m}_ctx_t* ctx, const ep_buffer_t* inputs, const ep_buffer_t* outputs,",
             "                             const int64_t* dims) {",
             "  (void)dims, (void)inputs, (void)outputs; /* a package may have no dims, inputs or outputs */",
-            "  if (!ctx || !ctx->arena) return EP_ERR_ARG;",
         ]
         if p.dims:
             out += ["  if (!dims) {", '    ep_msg_set(&ctx->msg, "dims is NULL", "", "");', "    return EP_ERR_ARG;", "  }"]
