@@ -178,7 +178,10 @@ static void rt_error(const char* a, const char* b, const char* c, int64_t n) {
 
 void ep_rt_kernel_failed(ep_rt_t* rt, ep_msg_t* msg, const char* kernel) {
   ep_msg_set(msg, "kernel ", kernel, " failed");
-  if (rt->error.text[0]) ep_msg_append(msg, ": "), ep_msg_append(msg, rt->error.text);
+  if (rt->error.text[0]) {
+    ep_msg_append(msg, ": ");
+    ep_msg_append(msg, rt->error.text);
+  }
 }
 
 /* --- kernel workspace: LIFO per thread, in the current context's arena -------------------------------- */
