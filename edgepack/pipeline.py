@@ -204,7 +204,9 @@ def _package_glue(name: str) -> str:
     M = name.upper()
     return (f"/* Generated: binds the generic programs to package '{name}'. */\n#include \"{name}.h\"\n"
             f"#define EP_PACKAGE ep_{name}_package\n#define EP_PACKAGE_CTX ep_{name}_ctx_t\n"
-            f"#define EP_PACKAGE_ARENA_BYTES EP_{M}_ARENA_BYTES\n#define EP_PACKAGE_IO_BYTES EP_{M}_IO_BYTES\n")
+            f"#define EP_PACKAGE_ARENA_BYTES EP_{M}_ARENA_BYTES\n#define EP_PACKAGE_IO_BYTES EP_{M}_IO_BYTES\n"
+            f"#define EP_PACKAGE_NUM_INPUTS EP_{M}_NUM_INPUTS\n#define EP_PACKAGE_NUM_OUTPUTS EP_{M}_NUM_OUTPUTS\n"
+            f"#define EP_PACKAGE_NUM_DIMS EP_{M}_NUM_DIMS\n#define EP_PACKAGE_MAX_IO_RANK EP_{M}_MAX_IO_RANK\n")
 
 
 def _io_json(plan, t, name: str) -> dict:

@@ -52,7 +52,7 @@ def stage_dir(out: Path) -> Path:
 def copy_runtime(dst: Path, platform: str) -> None:
     (dst / "runtime").mkdir(parents=True, exist_ok=True)
     (dst / "programs").mkdir(parents=True, exist_ok=True)
-    for f in ("ep_runtime.h", "ep_runtime.c", "ep_tvm_abi.h", "ep_platform.h", f"ep_platform_{platform}.c"):
+    for f in ("ep_runtime.h", "ep_internal.h", "ep_runtime.c", "ep_tvm_abi.h", "ep_platform.h", f"ep_platform_{platform}.c"):
         shutil.copy2(TEMPLATES / "runtime" / f, dst / "runtime" / f)
     for f in ("ep_run.c", "ep_bench.c", "ep_npy.c", "ep_npy.h"):
         shutil.copy2(TEMPLATES / "programs" / f, dst / "programs" / f)
