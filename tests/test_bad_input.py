@@ -121,7 +121,7 @@ def test_c_program_rejects_out_of_range_dims(encoder_bundle, tmp_path):
     import subprocess
 
     np.save(tmp_path / "big.npy", np.zeros((1, 300, 64), np.float32))
-    r = subprocess.run([str(encoder_bundle.path / "run"), str(tmp_path), str(tmp_path / "big.npy")],
+    r = subprocess.run([str(encoder_bundle.path / "ep"), "run", str(tmp_path), str(tmp_path / "big.npy")],
                        capture_output=True, text=True)
     assert r.returncode == 3 and "outside its declared range 1..256" in r.stderr, r.stderr
 
@@ -152,5 +152,5 @@ def test_inputs_that_disagree_on_a_dim(build_cache, tmp_path):
     ins = [str(tmp_path / "ids.npy"), str(tmp_path / "mask.npy")]
     assert_user_error(run_cli("run", str(bundle.path), "--input", ins[0], "--input", ins[1],
                               "-o", str(tmp_path / "out")), "dim seq is 5 in one input and 6")
-    r = subprocess.run([str(bundle.path / "run"), str(tmp_path), *ins], capture_output=True, text=True)
+    r = subprocess.run([str(bundle.path / "ep"), "run", str(tmp_path), *ins], capture_output=True, text=True)
     assert r.returncode == 3 and "dim seq is 5 in one input and 6 in input 'attention_mask'" in r.stderr, r.stderr

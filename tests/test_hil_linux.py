@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -195,6 +196,20 @@ def test_bench(hil, encoder):
             assert res.threads == hil.board.target.cores
         with pytest.raises(Exception, match="dim seq = 300 is outside the package's range 1..256"):
             dev.bench(encoder, {"seq": 300}, BenchSettings())
+        prof = dev.bench(encoder, {"seq": 16}, BenchSettings(warmup=1, repeat=2, profile=True))  # on the board
+        plan_calls = [c["kernel"] for c in json.loads((encoder.path / "plan.json").read_text())["calls"]]
+        assert [c["name"] for c in prof.calls] == plan_calls and all(c["ns"] > 0 for c in prof.calls)
+    finally:
+        dev.close()
+
+
+def test_board_gets_the_program_and_manifest_only(hil, encoder):
+    """What goes to the board holds the weights once: the device program and the manifest, nothing else."""
+    dev = hil.device()
+    try:
+        release = dev.install(encoder)
+        listed = sorted(dev.must(["sh", "-c", f"cd {shlex.quote(release)} && find . -type f"], "find").split())
+        assert listed == ["./ep", "./manifest.json"]
     finally:
         dev.close()
 
@@ -271,13 +286,13 @@ def test_dropped_connection_mid_upload(hil, mlp_versions, tmp_path):
     old = dev.installed("mlp")["current"]
     dev.close()
 
-    def drop_after_3(rel, done, total):
-        if done == 3:  # the network goes away: the socket is shut under paramiko's feet
+    def drop_after_1(rel, done, total):
+        if done == 1:  # the network goes away: the socket is shut under paramiko's feet
             import socket
 
             dev.client.get_transport().sock.shutdown(socket.SHUT_RDWR)
 
-    dev = hil.device(progress=drop_after_3)
+    dev = hil.device(progress=drop_after_1)
     with pytest.raises(DeviceError, match="dropped during upload.*installed version is unchanged; flash again to resume"):
         dev.install(v2)
     dev.close()
@@ -287,9 +302,9 @@ def test_dropped_connection_mid_upload(hil, mlp_versions, tmp_path):
         assert dev.installed("mlp")["current"] == old  # the old version is still the current one, and works
         x = random_inputs(v1.manifest, {"batch": 3})
         assert max_rel_error(np.load(dev.run(v1, x, tmp_path / "o")[0]), _onnxruntime(EXAMPLES["mlp"].path, x)[0]) < TOL
-        dev.install(v2)  # resumes: the 3 files sent before the drop are not sent again
+        dev.install(v2)  # resumes: the file sent before the drop (the program) is not sent again
         rep = dev.last_flash
-        assert rep.reused == 3 and rep.uploaded == len(v2.manifest["files"]) + 1 - 3
+        assert rep.reused == 1 and rep.uploaded == len(v2.manifest["device_files"]) + 1 - 1
         assert dev.installed("mlp") == {"current": f"releases/{rep.version}", "previous": old}
     finally:
         dev.close()
@@ -345,7 +360,7 @@ def test_killed_bench(hil, mlp_versions):
     try:
         pids = ""
         for _ in range(100):  # until the bench process is there
-            pids = killer.sh(["pgrep", "-f", "--", f"{release}/bench "])[1].split()
+            pids = killer.sh(["pgrep", "-f", "--", f"{release}/ep bench "])[1].split()
             if pids:
                 break
             time.sleep(0.1)

@@ -91,7 +91,8 @@ def test_package_under_sanitizers(encoder_bundle, tmp_path):
         np.save(tmp_path / "x.npy", x)
         out = tmp_path / f"o{seq}"
         out.mkdir()
-        r = subprocess.run([str(pkg / "run"), str(out), str(tmp_path / "x.npy")], capture_output=True, text=True, env=env)
+        r = subprocess.run([str(pkg / "ep"), "run", str(out), str(tmp_path / "x.npy")], capture_output=True, text=True,
+                           env=env)
         assert r.returncode == 0 and "runtime error" not in r.stderr and "Sanitizer" not in r.stderr, r.stderr
         assert max_rel_error(np.load(out / "0_y.npy"), sess.run(None, {"x": x})[0]) < 1e-4
 
@@ -100,7 +101,7 @@ def test_package_under_sanitizers(encoder_bundle, tmp_path):
 def test_thread_counts_give_same_answer(encoder_bundle, tmp_path, threads):
     x = np.random.default_rng(0).standard_normal((1, 77, 64)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
-    subprocess.run([str(encoder_bundle.path / "run"), "--threads", str(threads), str(tmp_path), str(tmp_path / "x.npy")],
+    subprocess.run([str(encoder_bundle.path / "ep"), "run", "--threads", str(threads), str(tmp_path), str(tmp_path / "x.npy")],
                    check=True)
     ref = ort.InferenceSession(str(ENCODER)).run(None, {"x": x})[0]
     assert max_rel_error(np.load(tmp_path / "0_y.npy"), ref) < 1e-4
@@ -121,9 +122,9 @@ def test_single_threaded_platform(encoder_bundle, tmp_path):
     r = subprocess.run(["make", "-s", "-j2", "-C", str(pkg), f"RUNTIME={runtime}", "LDLIBS=-lm"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert "pthread" not in subprocess.run(["nm", str(pkg / "run")], capture_output=True, text=True).stdout
+    assert "pthread" not in subprocess.run(["nm", str(pkg / "ep")], capture_output=True, text=True).stdout
     x = np.random.default_rng(5).standard_normal((1, 37, 64)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
-    subprocess.run([str(pkg / "run"), str(tmp_path), str(tmp_path / "x.npy")], check=True)
+    subprocess.run([str(pkg / "ep"), "run", str(tmp_path), str(tmp_path / "x.npy")], check=True)
     ref = ort.InferenceSession(str(ENCODER)).run(None, {"x": x})[0]
     assert max_rel_error(np.load(tmp_path / "0_y.npy"), ref) < 1e-4

@@ -23,6 +23,8 @@ from ..resources import TEMPLATES_DIR
 
 TEMPLATES = TEMPLATES_DIR  # the C runtime, programs and Makefile.in
 MANIFEST_VERSION = 1
+# What a Linux board needs of a package (with manifest.json): the device program, which holds the weights.
+DEVICE_FILES = ("ep",)
 
 
 @dataclass
@@ -55,7 +57,7 @@ def copy_runtime(dst: Path, platform: str) -> None:
     (dst / "programs").mkdir(parents=True, exist_ok=True)
     for f in ("ep_runtime.h", "ep_internal.h", "ep_runtime.c", "ep_tvm_abi.h", "ep_platform.h", f"ep_platform_{platform}.c"):
         shutil.copy2(TEMPLATES / "runtime" / f, dst / "runtime" / f)
-    for f in ("ep_run.c", "ep_bench.c", "ep_npy.c", "ep_npy.h"):
+    for f in ("ep_program.h", "ep_main.c", "ep_run.c", "ep_bench.c", "ep_npy.c", "ep_npy.h"):
         shutil.copy2(TEMPLATES / "programs" / f, dst / "programs" / f)
 
 
@@ -95,7 +97,8 @@ def write_manifest(dst: Path, manifest: dict) -> dict:
     files = sorted(p for p in dst.rglob("*")
                    if p.is_file() and p.name != "manifest.json" and not _build_product(p, dst))
     manifest = dict(manifest, version=MANIFEST_VERSION,
-                    files={str(p.relative_to(dst)): sha256(p) for p in files})
+                    files={str(p.relative_to(dst)): sha256(p) for p in files},
+                    device_files=[f for f in DEVICE_FILES if (dst / f).is_file()])
     (dst / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
 

@@ -89,7 +89,8 @@ class _Emitter:
             "  ep_rt_t rt; /* its thread pool and kernel workspace */",
             f"  ep_dl_tensor_t t[{len(p.tensors)}];",
             f"  int64_t shape[{len(p.tensors)}][{self.max_rank}];",
-            f"  uint64_t call_ns[{max(1, len(p.calls))}]; /* per-call time, summed over runs (built with -DEP_PROFILE) */",
+            "  int profile; /* opts->profile */",
+            f"  uint64_t call_ns[{max(1, len(p.calls))}]; /* per-call time, summed over runs (opts->profile) */",
             "  ep_msg_t msg;",
             f"}} ep_{m}_ctx_t;", "",
             "/* arena: EP_ALIGN-aligned, at least EP_<M>_ARENA_BYTES. opts may be NULL. Contexts are independent:",
@@ -126,12 +127,10 @@ class _Emitter:
                 for k in self.impls.values() for v in k.variants]
         out += [f"int ep_{m}_dispatch_{k}(const int64_t* dims);" for k, i in self.impls.items() if i.split]
         out += [f"extern const uint8_t ep_{m}_weights[];", ""]
-        out += ["#ifdef EP_PROFILE /* time every kernel call on the platform clock */",
-                "#define EP_PROFILE_DECL() uint64_t ep_t0 = 0",
-                "#define EP_PROFILE_BEGIN() (ep_t0 = ep_platform_time_ns())",
-                "#define EP_PROFILE_END(n) (ctx->call_ns[n] += ep_platform_time_ns() - ep_t0)",
-                "#else", "#define EP_PROFILE_DECL() ((void)0)", "#define EP_PROFILE_BEGIN() ((void)0)",
-                "#define EP_PROFILE_END(n) ((void)0)", "#endif", ""]
+        # opts.profile times every kernel call: one branch per call when off, so one program serves both
+        out += ["#define EP_PROFILE_DECL() uint64_t ep_t0 = 0",
+                "#define EP_PROFILE_BEGIN() (ep_t0 = ctx->profile ? ep_platform_time_ns() : 0)",
+                "#define EP_PROFILE_END(n) (ctx->call_ns[n] += ctx->profile ? ep_platform_time_ns() - ep_t0 : 0)", ""]
         out += [f"static const char* const call_names[] = {{{', '.join(chr(34) + c.kernel + chr(34) for c in p.calls) or '0'}}};",
                 f"static const uint64_t* pkg_call_ns(const void* c) {{ return ((const ep_{m}_ctx_t*)c)->call_ns; }}", ""]
         out += self._descriptors()
@@ -187,6 +186,7 @@ class _Emitter:
             "    return EP_ERR_MEMORY;",
             "  }",
             f"  ep_status_t st = ep_rt_init(&ctx->rt, (uint8_t*)arena + EP_{M}_TENSOR_BYTES, EP_{M}_WORKSPACE_PER_THREAD, threads, &ctx->msg);",
+            "  ctx->profile = opts && opts->profile;",
             "  if (st == EP_OK) ctx->arena = (uint8_t*)arena;",
             "  return st;",
             "}", "",

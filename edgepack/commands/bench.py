@@ -134,7 +134,7 @@ def register(sub) -> None:
                    help="keep timing until this many ms per size (default: the board's [timing] min_repeat_ms)")
     p.add_argument("--threads", type=int, help="worker threads (default: the board's cores)")
     p.add_argument("--profile", action="store_true",
-                   help="also time every kernel call (builds the package's bench_profile program on first use)")
+                   help="also time every kernel call (a run of its own: `ep bench --profile`)")
     p.add_argument("--rounds", type=int, help="alternating rounds per size (default: 3 with --baseline, else 1)")
     p.add_argument("--baseline", choices=["onnxruntime"], help="also time onnxruntime (CPU, 1 thread and the "
                    "board's cores) on the same model and sizes, interleaved (local boards)")

@@ -41,7 +41,7 @@ class BenchSettings:
     repeat: int = 20
     min_time_ms: int = 0
     threads: int | None = None
-    profile: bool = False  # per-call timing (needs a package built with EP_PROFILE)
+    profile: bool = False  # per-call timing (`ep bench --profile`, a run of its own)
 
 
 @dataclass

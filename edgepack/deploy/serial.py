@@ -66,9 +66,12 @@ class SerialDevice:
     def bench(self, bundle: Bundle, dims: dict[str, int], settings: BenchSettings) -> BenchResult:
         """Device-timed runs: SysTick ticks of the core clock (under QEMU -icount: a repeatable instruction
         count, not cycles). Inputs are random (seed 0), uploaded once. One core: `threads` and `min_time_ms`
-        do not apply; per-call profiles (`profile`) are not served by the firmware yet."""
+        do not apply; per-call profiles (`profile`) are not served by the firmware yet, and refused."""
         from ..check import random_inputs
 
+        if settings.profile:
+            raise RunError(f"--profile is not available on board '{self.board.name}' yet (the serial firmware "
+                           "does not time kernel calls); run the bench without --profile")
         self._check(bundle)
         for i, a in enumerate(random_inputs(bundle.manifest, self._full_dims(bundle, dims))):
             self._set_input(i, np.ascontiguousarray(a).tobytes())

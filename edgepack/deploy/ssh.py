@@ -30,6 +30,7 @@ from ..codegen.bundle import Bundle, verify
 from ..errors import BoardError, DimError, EdgepackError, RunError
 from .device import BenchResult, BenchSettings, Connection
 from .io import dims_of, output_file
+from .local import bench_args, calls_of
 
 CONNECT_TIMEOUT_S = 10
 SPACE_MARGIN = 64 * 1024  # bytes kept free beyond the upload itself (symlinks, run outputs, logs)
@@ -336,7 +337,7 @@ class SSHDevice:
                 buf.seek(0)
                 self._guard(self.sftp.putfo, "uploading inputs", buf, remote)
             self.must(["mkdir", f"{tmp}/out"], "creating the output folder")
-            cmd = [f"{release}/run"] + (["--threads", str(threads)] if threads else []) + [f"{tmp}/out", *ins]
+            cmd = [f"{release}/ep", "run"] + (["--threads", str(threads)] if threads else []) + [f"{tmp}/out", *ins]
             rc, _, err = self.sh(cmd)
             if rc != 0:
                 raise (DimError if rc == 3 else RunError)(f"the package failed on {self.t.where}: {_last_line(err, rc)}")
@@ -355,12 +356,15 @@ class SSHDevice:
         return [out_dir / n for n in names]
 
     def bench(self, bundle: Bundle, dims: dict[str, int], settings: BenchSettings) -> BenchResult:
-        values = _dim_values(bundle.manifest, dims)
         release = self._ensure(bundle)
-        cmd = [f"{release}/bench", "--warmup", str(settings.warmup), "--repeat", str(settings.repeat),
-               "--min-time-ms", str(settings.min_time_ms)]
-        cmd += (["--threads", str(settings.threads)] if settings.threads else []) + [str(v) for v in values]
-        rc, out, err = self.sh(cmd, timeout=3600)
+        out = self._bench(release, bundle, dims, settings, profile=False)
+        calls = calls_of(self._bench(release, bundle, dims, settings, profile=True)) if settings.profile else []
+        return BenchResult(dims=dict(dims), samples_ns=[int(s) for s in out["samples_ns"]], threads=out.get("threads"),
+                           calls=calls)
+
+    def _bench(self, release: str, bundle: Bundle, dims: dict[str, int], settings: BenchSettings,
+               profile: bool) -> dict:
+        rc, out, err = self.sh([f"{release}/ep", *bench_args(bundle, dims, settings, profile)], timeout=3600)
         if rc == -1 or rc > 128:
             sig = f" (signal {rc - 128})" if rc > 128 else ""
             raise RunError(f"the bench program was killed on {self.t.where}{sig} at {dims}; nothing was measured; "
@@ -368,32 +372,20 @@ class SSHDevice:
         if rc != 0:
             raise (DimError if rc == 3 else RunError)(f"the bench program failed on {self.t.where}: {_last_line(err, rc)}")
         try:
-            r = json.loads(out)
+            return json.loads(out)
         except ValueError:
             raise RunError(f"the bench program on {self.t.where} printed no result ({out.strip()[:80]!r}); "
                            "rebuild the package with `edgepack build`") from None
-        return BenchResult(dims=dict(dims), samples_ns=[int(s) for s in r["samples_ns"]], threads=r.get("threads"),
-                           calls=[{"name": c["kernel"], "ns": c["mean_ns"]} for c in r.get("calls", [])])
-
-
-def _dim_values(manifest: dict, dims: dict[str, int]) -> list[int]:
-    values = []
-    for d in manifest["dims"]:
-        if d["name"] not in dims:
-            raise DimError(f"no size given for dim {d['name']}; pass it like {d['name']}={d['min']}")
-        v = int(dims[d["name"]])
-        if not d["min"] <= v <= d["max"]:
-            raise DimError(f"dim {d['name']} = {v} is outside the package's range {d['min']}..{d['max']}; "
-                           f"rebuild with --dim {d['name']}=MIN:MAX covering it")
-        values.append(v)
-    return values
 
 
 def _package_files(bundle: Bundle) -> dict[str, str]:
-    """Every file of the package with its sha256 (the manifest's list, plus manifest.json itself)."""
+    """What the board gets, with sha256: the device program and manifest.json (every file of a package
+    built before `device_files` existed). Sources, objects and the library stay here."""
     from ..codegen.bundle import sha256
 
-    return dict(bundle.manifest["files"], **{"manifest.json": sha256(bundle.path / "manifest.json")})
+    files = bundle.manifest["files"]
+    wanted = bundle.manifest.get("device_files", files)
+    return {**{rel: files[rel] for rel in wanted}, "manifest.json": sha256(bundle.path / "manifest.json")}
 
 
 def _version(bundle: Bundle) -> str:

@@ -55,8 +55,8 @@ def _operators_section(runs: list[Run], at: dict | None) -> str:
                 "run <code>edgepack bench --profile</code> (and pick a measured size with <code>--at</code>).</p>")
     return (f"<h2>Per-operator breakdown at {html.escape(want)}</h2>"
             + _figure(plots.operators_figure(found), "plot-operators")
-            + "<p class='note'>From the package's bench_profile program (every kernel call timed on the device's "
-              "clock, mean per run); the latency figures come from the unprofiled program.</p>")
+            + "<p class='note'>From a run of its own of <code>ep bench --profile</code> (every kernel call timed on the "
+              "device's clock, mean per run); the latency figures come from the unprofiled run.</p>")
 
 
 def _call_cost(run: Run) -> str:

@@ -224,7 +224,7 @@ int main(void) {
   ep_fw_timer_init();
   ep_fw_uart_init();
   layout_io();
-  ep_options_t opts = {1};
+  ep_options_t opts = {.num_threads = 1};
   pkg->init(&ctx, arena, sizeof arena, &opts); /* cannot fail: the arena is sized by the package; if it
                                                   did, every run answers with the package's message */
   ep_fw_serve(handle);

@@ -1,23 +1,14 @@
-/* The `run` program: reads .npy inputs (model order), takes dims from their shapes, runs the package once,
- * writes <k>_<name>.npy per output into OUT_DIR. Static buffers only: the package's arena and I/O pool.
- *   run [--threads N] OUT_DIR INPUT0.npy [INPUT1.npy ...]
- * Exit codes: 0 ok, 2 bad input (usage, file, dtype, count), 3 shape out of range, 4 run failed. */
+/* `ep run`: reads .npy inputs (model order), takes dims from their shapes, runs the package once, writes
+ * <k>_<name>.npy per output into OUT_DIR. Static buffers only: the package's arena and I/O pool. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ep_npy.h"
-#include "ep_package.h" /* generated: EP_PACKAGE, EP_PACKAGE_CTX, EP_PACKAGE_ARENA_BYTES, ..._NUM_INPUTS, ... */
+#include "ep_program.h"
 
-/* Array sizes from the package, checked when this is compiled (+ 1: C has no empty arrays). */
-#define N_IN (EP_PACKAGE_NUM_INPUTS + 1)
-#define N_OUT (EP_PACKAGE_NUM_OUTPUTS + 1)
-#define N_DIMS (EP_PACKAGE_NUM_DIMS + 1)
 _Static_assert(EP_PACKAGE_MAX_IO_RANK <= EP_NPY_MAX_RANK, "a tensor of the package has a rank .npy I/O cannot hold");
 
-static _Alignas(EP_ALIGN) uint8_t arena[EP_PACKAGE_ARENA_BYTES];
-static _Alignas(EP_ALIGN) uint8_t io_pool[EP_PACKAGE_IO_BYTES + EP_ALIGN * (N_IN + N_OUT)];
-static EP_PACKAGE_CTX ctx;
 
 static int fail(int code, const char* what, const char* detail) {
   fprintf(stderr, "error: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
@@ -35,7 +26,7 @@ static void file_safe(char* out, size_t n, const char* name) {
   out[i] = '\0';
 }
 
-int main(int argc, char** argv) {
+int ep_program_run(int argc, char** argv) {
   const ep_package_t* pkg = &EP_PACKAGE;
   ep_options_t opts = {0};
   int a = 1;
@@ -43,7 +34,7 @@ int main(int argc, char** argv) {
     opts.num_threads = atoi(argv[a + 1]);
     a += 2;
   }
-  if (argc - a < 1) return fail(2, "usage", "run [--threads N] OUT_DIR INPUT.npy ...");
+  if (argc - a < 1) return fail(2, "usage", "ep run [--threads N] OUT_DIR INPUT.npy ...");
   const char* out_dir = argv[a++];
   int n_in = argc - a;
   if (n_in != pkg->num_inputs) {
@@ -70,11 +61,11 @@ int main(int argc, char** argv) {
       fprintf(stderr, "error: input %d '%s' must be %s, %s is %s\n", i, io->name, io->dtype, argv[a + i], info.dtype);
       return 2;
     }
-    if (used + info.bytes > sizeof io_pool) {
+    if (used + info.bytes > sizeof ep_program_io_pool) {
       fclose(f);
       return fail(3, "input larger than the declared dim ranges allow", argv[a + i]);
     }
-    in[i].data = io_pool + used;
+    in[i].data = ep_program_io_pool + used;
     in[i].bytes = info.bytes;
     used += (info.bytes + EP_ALIGN - 1) / EP_ALIGN * EP_ALIGN;
     size_t got = fread(in[i].data, 1, info.bytes, f);
@@ -95,16 +86,16 @@ int main(int argc, char** argv) {
     if ((st = pkg->output_shape(dims, i, out_shape[i])) != EP_OK) return fail(4, "output_shape", ep_status_str(st));
     size_t bytes = (size_t)io->itemsize;
     for (int k = 0; k < io->rank; ++k) bytes *= (size_t)out_shape[i][k];
-    if (used + bytes > sizeof io_pool) return fail(4, "internal: output pool too small", NULL);
-    out[i].data = io_pool + used;
+    if (used + bytes > sizeof ep_program_io_pool) return fail(4, "internal: output pool too small", NULL);
+    out[i].data = ep_program_io_pool + used;
     out[i].bytes = bytes;
     used += (bytes + EP_ALIGN - 1) / EP_ALIGN * EP_ALIGN;
   }
 
-  st = pkg->init(&ctx, arena, sizeof arena, &opts);
-  if (st != EP_OK) return fail(4, "init failed", pkg->message(&ctx));
-  st = pkg->run(&ctx, in, out, dims);
-  if (st != EP_OK) return fail(st == EP_ERR_SHAPE ? 3 : 4, ep_status_str(st), pkg->message(&ctx));
+  st = pkg->init(&ep_program_ctx, ep_program_arena, sizeof ep_program_arena, &opts);
+  if (st != EP_OK) return fail(4, "init failed", pkg->message(&ep_program_ctx));
+  st = pkg->run(&ep_program_ctx, in, out, dims);
+  if (st != EP_OK) return fail(st == EP_ERR_SHAPE ? 3 : 4, ep_status_str(st), pkg->message(&ep_program_ctx));
 
   for (int i = 0; i < pkg->num_outputs; ++i) {
     const ep_io_desc_t* io = &pkg->outputs[i];
@@ -114,6 +105,6 @@ int main(int argc, char** argv) {
     if (ep_npy_write(path, io->dtype, out_shape[i], io->rank, out[i].data, out[i].bytes) != 0)
       return fail(2, "cannot write output", path);
   }
-  pkg->deinit(&ctx);
+  pkg->deinit(&ep_program_ctx);
   return 0;
 }

@@ -30,6 +30,7 @@ typedef struct {
 
 typedef struct {
   int num_threads; /* 0: the board's core count (EP_DEFAULT_THREADS) */
+  int profile;     /* nonzero: time every kernel call on the platform clock (the package's call_ns) */
 } ep_options_t;
 
 typedef struct {
@@ -109,7 +110,7 @@ typedef struct {
   const char* (*message)(const void* ctx);
   int num_calls; /* kernel calls per run, for per-call profiles */
   const char* const* call_names;
-  const uint64_t* (*call_ns)(const void* ctx); /* summed ns per call; all zero unless built with EP_PROFILE */
+  const uint64_t* (*call_ns)(const void* ctx); /* summed ns per call; all zero unless opts.profile */
   void (*deinit)(void* ctx);
 } ep_package_t;
 

@@ -131,7 +131,7 @@ static void* loop(void* arg) {
 
 /* The reference run, alone in the process; its inputs and outputs written as .npy. */
 static int reference(job_t* j, int n, const char* dir) {
-  ep_options_t opts = {j->threads};
+  ep_options_t opts = {.num_threads = j->threads};
   ep_status_t st = j->pkg->init(j->ctx, j->arena, j->arena_bytes, &opts);
   if (st != EP_OK || setup_io(j, 1234u + (unsigned)n) != 0 || run_once(j) != EP_OK) {
     fprintf(stderr, "job %d: init or reference run failed: %s\n", n, j->first_error);
