@@ -161,6 +161,7 @@ def build_package(model_path: str | Path, board: Board | str = "host", dim_range
 
             manifest["memory"]["mcu"] = mem.to_json()
             manifest["firmware"] = firmware_manifest(fw_id, mcu)
+        manifest["test_cases"] = _test_cases(stage, manifest, model_path, mcu is not None)
         manifest = write_manifest(stage, manifest)
         commit(stage, out)
     except BaseException:
@@ -168,6 +169,20 @@ def build_package(model_path: str | Path, board: Board | str = "host", dim_range
         raise
     return BuildResult(Bundle(out, manifest), time.perf_counter() - t0, manifest["memory"]["arena_bytes"],
                        plan.arena_bytes, plan_json["sum_of_tensor_bytes"], len(weights.blob), code_bytes)
+
+
+def _test_cases(stage: Path, manifest: dict, model_path: Path, small: bool) -> int:
+    """A few inputs with onnxruntime's outputs, kept in the package for `flash` and `verify` (check.py);
+    small ones for a microcontroller, whose serial link carries them."""
+    from .check import TEST_DIR, write_test_cases
+
+    try:
+        return len(write_test_cases(stage, manifest, model_path, max_bytes=(64 << 10) if small else (4 << 20)))
+    except Exception as e:  # noqa: BLE001 (onnxruntime cannot run every model edgepack builds)
+        shutil.rmtree(stage / TEST_DIR, ignore_errors=True)
+        log.warning("no test cases in the package: onnxruntime could not run the model (%s: %s)", type(e).__name__,
+                    (str(e).strip().splitlines() or [""])[0][:200])
+        return 0
 
 
 def _packed_args(plan, impls):

@@ -214,6 +214,29 @@ def test_board_gets_the_program_and_manifest_only(hil, encoder):
         dev.close()
 
 
+def test_flash_proves_outputs_and_refuses_wrong_ones(hil, mlp_versions, tmp_path):
+    """flash runs the package's test cases on the board; when one differs it says so, exits 2 and makes the
+    previous version current again."""
+    import shutil
+
+    from test_verify import tamper_expected_output
+
+    v1, v2 = mlp_versions
+    r = hil.edgepack("flash", str(v1.path), *hil.cli)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("ok  ") == 3, r.stdout
+    before = _current(hil, "mlp")
+    bad = tmp_path / "mlp"
+    shutil.copytree(v2.path, bad)
+    tamper_expected_output(bad)
+    r = hil.edgepack("flash", str(bad), *hil.cli)
+    _one_line_exit_2(r, "differ from onnxruntime's")
+    assert "rolled back" in r.stderr and "DIFF" in r.stdout
+    assert _current(hil, "mlp")["current"] == before["current"]
+    r = hil.edgepack("verify", str(v1.path), *hil.cli)
+    assert r.returncode == 0 and r.stdout.count("ok  ") == 3, r.stdout + r.stderr
+
+
 def test_flash_rollback(hil, mlp_versions):
     v1, v2 = mlp_versions
     for b in (v1, v2):

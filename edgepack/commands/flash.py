@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import BoardError
+from ..errors import BoardError, RunError
 
 
 def add_connection_args(p: argparse.ArgumentParser, board_required: bool = False, serial: bool = False) -> None:
@@ -76,11 +76,12 @@ def _cmd(a: argparse.Namespace) -> int:
             return 0
         path = dev.install(bundle)
         r, state = dev.last_flash, dev.installed(bundle.name)
+        print(f"flashed '{bundle.name}' version {r.version} to {dev.t.where}: {path}")
+        print(f"  {r.uploaded} file(s) sent ({r.bytes_sent / 1e6:.2f} MB), {r.reused} already there, "
+              f"sha256 verified on the board, {r.seconds:.1f} s")
+        _prove(bundle, dev, dev.t.where, rollback=lambda: dev.rollback(bundle.name) if state["previous"] else None)
     finally:
         dev.close()
-    print(f"flashed '{bundle.name}' version {r.version} to {dev.t.where}: {path}")
-    print(f"  {r.uploaded} file(s) sent ({r.bytes_sent / 1e6:.2f} MB), {r.reused} already there, "
-          f"sha256 verified on the board, {r.seconds:.1f} s")
     if state["previous"]:
         print(f"  previous version kept ({state['previous']}); restore it with "
               f"`edgepack flash {a.bundle} --board {board.name} --rollback`")
@@ -98,16 +99,33 @@ def _flash_serial(a: argparse.Namespace, board, bundle) -> int:
     dev = open_device(board, connection_from_args(a, board))
     try:
         where = dev.install(bundle)
-        info = dev.info.fields
+        print(f"flashed '{bundle.name}' (firmware {dev.info.fields.get('id')}) to {where}; the firmware's info "
+              "matches the package")
+        _prove(bundle, dev, where)
     finally:
         dev.close()
-    print(f"flashed '{bundle.name}' (firmware {info.get('id')}) to {where}; the firmware's info matches the package")
     if board.section("standin") and not a.serial:
         print(f"  the {board.name} stand-in (QEMU) stays up as the board at {dev.conn.serial}; commands given "
               f"--board {board.name} use it; stop it with `edgepack standin down {board.name}`")
     ins = " ".join(f"--input {i['name']}.npy" for i in bundle.manifest["inputs"])
     print(f"run it: edgepack run {a.bundle} {ins} -o out/")
     return 0
+
+
+def _prove(bundle, dev, where: str, rollback=None) -> None:
+    """Run the package's test cases on the board just flashed; refuse to report success when they differ
+    (and make the previous version current again, where there is one)."""
+    from .verify import report, verify_on
+
+    if not bundle.manifest.get("test_cases"):
+        print("  no test cases in the package (onnxruntime could not run the model): outputs not checked")
+        return
+    if report(verify_on(bundle, dev), where):
+        return
+    back = rollback() if rollback else None
+    raise RunError(f"the board computed outputs that differ from onnxruntime's (lines above); "
+                   + (f"rolled back to {back}; " if back else "")
+                   + "check the board's toolchain and board file, then `edgepack verify` again")
 
 
 def register(sub) -> None:
