@@ -3,6 +3,9 @@
 A wrong value that builds is the worst outcome, so every attribute the importer ignores is either rewritten
 here or refused with one line that names the node:
 - IsInf: detect_positive / detect_negative are ignored (both signs are always reported) -> IsInf & sign test.
+- Mod (fmod=0) on floats: a finite value modulo an infinite one comes out NaN (the importer computes
+  a - floor(a / b) * b); ONNX, like Python, gives a when a is 0 or has b's sign, else b.
+- ConvTranspose: `output_shape` is ignored; it becomes pads (and output_padding) for the known input shape.
 - Resize: the importer turns `scales` into output sizes and then interpolates by the size ratio, ignores
   `axes`, `keep_aspect_ratio_policy` and `antialias`. Scales become sizes here when that changes nothing
   (the ratio equals the scale); `axes` and `keep_aspect_ratio_policy` become full-rank sizes when the input
@@ -25,7 +28,7 @@ def fix_ops(model: onnx.ModelProto) -> onnx.ModelProto:
     m = onnx.ModelProto()
     m.CopyFrom(model)
     g = m.graph
-    shapes = _static_shapes(m)
+    shapes, types = _static_shapes(m)
     consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
     consts |= {n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in g.node
                if n.op_type == "Constant" and len(n.attribute) == 1 and n.attribute[0].name == "value"}
@@ -35,6 +38,10 @@ def fix_ops(model: onnx.ModelProto) -> onnx.ModelProto:
             nodes += _is_inf(n)
         elif n.op_type == "Resize":
             nodes.append(_resize(n, g, consts, shapes))
+        elif n.op_type == "Mod" and _attr(n, "fmod", 0) == 0 and types.get(n.input[0]) in _FLOATS:
+            nodes += _float_mod(n)
+        elif n.op_type == "ConvTranspose" and _attr(n, "output_shape", None):
+            nodes.append(_conv_transpose(n, consts, shapes))
         else:
             nodes.append(n)
     del g.node[:]
@@ -65,17 +72,75 @@ def _is_inf(n: onnx.NodeProto) -> list[onnx.NodeProto]:
     return nodes + [helper.make_node("And", [inf, sign], [y], name=n.name)]
 
 
-def _static_shapes(m: onnx.ModelProto) -> dict[str, list[int | None]]:
+def _static_shapes(m: onnx.ModelProto) -> tuple[dict[str, list[int | None]], dict[str, int]]:
+    """Per value: its shape (None for an unknown extent) and its element type, from ONNX shape inference."""
     try:
         inferred = onnx.shape_inference.infer_shapes(m)
     except Exception:  # a model shape inference cannot read: nothing is known, rewrites needing shapes refuse
-        return {}
-    out = {}
-    for v in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]:
+        return {}, {}
+    shapes, types = {}, {}
+    g = inferred.graph
+    for v in [*g.input, *g.value_info, *g.output]:
         t = v.type.tensor_type
+        types[v.name] = t.elem_type
         if t.HasField("shape"):
-            out[v.name] = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
-    return out
+            shapes[v.name] = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+    for t in g.initializer:
+        types[t.name], shapes[t.name] = t.data_type, list(t.dims)
+    return shapes, types
+
+
+_FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16}
+
+
+def _float_mod(n: onnx.NodeProto) -> list[onnx.NodeProto]:
+    a, b, y = n.input[0], n.input[1], n.output[0]
+    t = lambda s: f"{y}_{s}"  # noqa: E731
+    mk = lambda op, ins, out, **kw: helper.make_node(op, ins, [t(out)], name=f"{n.name}_{out}", **kw)  # noqa: E731
+    zero = numpy_helper.from_array(np.zeros((), np.float32))
+    return [
+        helper.make_node("Mod", [a, b], [t("mod")], name=f"{n.name}_mod", fmod=0),
+        mk("Constant", [], "zero32", value=zero), mk("CastLike", [t("zero32"), a], "zero"),
+        mk("IsInf", [b], "b_inf"), mk("IsInf", [a], "a_inf"), mk("IsNaN", [a], "a_nan"),
+        mk("Or", [t("a_inf"), t("a_nan")], "a_bad"), mk("Not", [t("a_bad")], "a_finite"),
+        mk("And", [t("b_inf"), t("a_finite")], "fix"),
+        mk("Less", [a, t("zero")], "a_neg"), mk("Less", [b, t("zero")], "b_neg"),
+        # Xor, not Equal: TVM 0.27 compiles Equal on bools to a float compare LLVM refuses
+        mk("Xor", [t("a_neg"), t("b_neg")], "sign_differs"), mk("Not", [t("sign_differs")], "same_sign"),
+        mk("Equal", [a, t("zero")], "a_zero"),
+        mk("Or", [t("same_sign"), t("a_zero")], "keep_a"), mk("Where", [t("keep_a"), a, b], "fixed"),
+        helper.make_node("Where", [t("fix"), t("fixed"), t("mod")], [y], name=n.name),
+    ]
+
+
+def _conv_transpose(n, consts, shapes) -> onnx.NodeProto:
+    """output_shape -> pads as ONNX defines them (total padding split by auto_pad; a negative end becomes
+    output_padding)."""
+    x, w = shapes.get(n.input[0]), shapes.get(n.input[1])
+    if x is None or w is None or any(d is None for d in x[2:] + w[2:]):
+        raise UnsupportedOpsError(f"ConvTranspose node {n.name}: output_shape needs static spatial input and kernel "
+                                  "shapes; give pads instead")
+    out = list(_attr(n, "output_shape", []))[-(len(x) - 2):]
+    k = len(out)
+    strides = list(_attr(n, "strides", [1] * k))
+    dil = list(_attr(n, "dilations", [1] * k))
+    opad = list(_attr(n, "output_padding", [0] * k))
+    upper = _attr(n, "auto_pad", b"NOTSET").decode() == "SAME_UPPER"
+    begin, end = [], []
+    for i in range(k):
+        total = strides[i] * (x[2 + i] - 1) + opad[i] + (w[2 + i] - 1) * dil[i] + 1 - out[i]
+        lo = total // 2 if upper else total - total // 2
+        begin.append(lo)
+        end.append(total - lo)
+    if any(b < 0 for b in begin):
+        raise UnsupportedOpsError(f"ConvTranspose node {n.name}: output_shape {out} needs negative leading pads")
+    opad = [p + max(0, -e) for p, e in zip(opad, end)]
+    end = [max(0, e) for e in end]
+    keep = [a for a in n.attribute if a.name not in ("output_shape", "pads", "auto_pad", "output_padding")]
+    out_node = helper.make_node("ConvTranspose", list(n.input), list(n.output), name=n.name,
+                                pads=begin + end, output_padding=opad)
+    out_node.attribute.extend(keep)
+    return out_node
 
 
 def _resize(n, g, consts, shapes) -> onnx.NodeProto:

@@ -31,11 +31,12 @@ when edgepack refuses those cases at build (model/op_fixes.py).
 # Split: fails only for zero-size splits.
 SUPPORTED_OPS: frozenset[str] = frozenset(
     """
-    Abs Add And ArgMax AveragePool BatchNormalization Cast Ceil Clip Concat Constant ConstantOfShape Conv Cos
+    Abs Add And ArgMax AveragePool BatchNormalization Cast Ceil Clip Concat Constant ConstantOfShape Conv
+    ConvTranspose Cos
     DequantizeLinear Div Dropout Einsum Elu Equal Erf Exp Expand Flatten Floor Gather GatherND Gelu Gemm
     GlobalAveragePool GlobalMaxPool Greater GreaterOrEqual GroupNormalization HardSigmoid HardSwish Identity
     InstanceNormalization IsInf IsNaN LayerNormalization LeakyRelu Less LessOrEqual Log LogSoftmax MatMul Max
-    MaxPool Mean Min Mul Neg Not Or Pad Pow PRelu Range Reciprocal ReduceL2 ReduceLogSumExp ReduceMax ReduceMean
+    MaxPool Mean Min Mod Mul Neg Not Or Pad Pow PRelu Range Reciprocal ReduceL2 ReduceLogSumExp ReduceMax ReduceMean
     ReduceMin ReduceProd ReduceSum Relu Reshape Resize ScatterND Shape Sigmoid Sign Sin Slice Softmax Softplus
     Split Sqrt Squeeze Sub Sum Tanh Tile Transpose Trilu Unsqueeze Where Xor
     """.split()
