@@ -53,6 +53,11 @@ def _cmd(a: argparse.Namespace) -> int:
     from ..report.markdown import markdown
     from ..report.schema import load_run
 
+    from ..paths import output_file
+
+    for path, flag, example in ((a.output, "-o", "index.html"), (a.markdown, "--markdown", "summary.md")):
+        if path:
+            output_file(path, flag, example)
     runs = [load_run(p) for p in a.runs]
     at = _parse_at(a.at)
     if a.output:
