@@ -177,12 +177,15 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised like Ctrl-C so that the same cleanup runs (a build's .NAME.partial-* folder is removed)."""
+_terminated = False
 
 
 def _terminate(signum, frame):
-    raise Terminated()
+    """SIGTERM: raised as a plain KeyboardInterrupt, so that the same cleanup runs as for Ctrl-C (a build's
+    .NAME.partial-* folder is removed) and TVM passes it through its C++ frames like Ctrl-C."""
+    global _terminated
+    _terminated = True
+    raise KeyboardInterrupt
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,12 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except BrokenPipeError:  # output piped into `head` and the like
         return 0
-    except Terminated:
-        print("edgepack: terminated", file=sys.stderr)
-        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
-        print("edgepack: interrupted", file=sys.stderr)
-        return 130
+        print(f"edgepack: {'terminated' if _terminated else 'interrupted'}", file=sys.stderr)
+        return 128 + (signal.SIGTERM if _terminated else signal.SIGINT)
 
 
 if __name__ == "__main__":

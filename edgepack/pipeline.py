@@ -119,6 +119,8 @@ def build_package(model_path: str | Path, board: Board | str = "host", dim_range
         schedules = applied.schedules
         tuning = {"db": str(Path(db).resolve()), "db_sha256": sha256(Path(db)), "kernels": applied.tuned,
                   "untuned": applied.untuned}
+    if not mcu:  # a microcontroller's memory is checked against its board's by the firmware build
+        _check_static_memory(plan, dims)
     impls = {k: make_variants(k, f, schedules) for k, f in lowered.kernels.items()}
     for k in _shared_packed_weights(plan, impls):  # a weight another call reads unpacked stays unpacked
         impls[k] = make_variants(k, lowered.kernels[k], replace(schedules, pack=False))
@@ -184,6 +186,20 @@ def build_package(model_path: str | Path, board: Board | str = "host", dim_range
         raise
     return BuildResult(Bundle(out, manifest), time.perf_counter() - t0, manifest["memory"]["arena_bytes"],
                        plan.arena_bytes, plan_json["sum_of_tensor_bytes"], len(weights.blob), code_bytes)
+
+
+STATIC_BYTES_LIMIT = 2 << 30  # what the default (small) code model lets a program's static arrays reach
+
+
+def _check_static_memory(plan, dims: list[DimRange]) -> None:
+    """The run and bench programs hold the arena, the I/O buffers and the weights in static arrays: refuse a plan
+    they cannot hold (the linker would fail with a bare "collect2: ld returned 1")."""
+    need = plan.arena_bytes + plan.io_bytes() + sum(v.nbytes for v in plan.param_values)
+    if need >= STATIC_BYTES_LIMIT:
+        at = ", ".join(f"{d.name}={d.hi}" for d in dims)
+        raise BuildError(f"the memory plan needs {need:,} B ({need / 2**30:.1f} GiB: tensors, inputs/outputs and "
+                         f"weights at {at}), more than the {STATIC_BYTES_LIMIT >> 30} GiB a package can hold; "
+                         "lower the dims' MAX with --dim NAME=MIN:MAX")
 
 
 def _packed_args(plan, impls):
