@@ -15,17 +15,18 @@ log = logging.getLogger("edgepack")
 
 
 def _cmd_build(a: argparse.Namespace) -> int:
+    from .codegen.bundle import package_output
     from .examples import DEFAULT_EXAMPLE, EXAMPLES
+
+    example = EXAMPLES[DEFAULT_EXAMPLE] if a.model is None else None
+    model = example.path if example else Path(a.model)
+    package_output(model, a.output, a.name)  # at once, before the seconds it takes to load onnx and TVM
     from .model.onnx_load import parse_dim_args
     from .pipeline import build_package
 
-    example = None
-    if a.model is None:
-        example = EXAMPLES[DEFAULT_EXAMPLE]
-        model, ranges = example.path, dict(example.dims)
+    ranges = dict(example.dims) if example else {}
+    if example:
         print(f"no model given: building the bundled example '{example.name}' ({model.name}) for board '{a.board}'")
-    else:
-        model, ranges = Path(a.model), {}
     ranges.update(parse_dim_args(a.dim))
     r = build_package(model, a.board, ranges, a.output, name=a.name, db=a.db)
     m = r.bundle.manifest

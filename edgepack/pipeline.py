@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import platform
-import re
 import shutil
 import subprocess
 import time
@@ -16,12 +15,12 @@ import onnx
 
 from . import __version__
 from .board import Board, load_board
-from .codegen.bundle import (Bundle, check_output, commit, copy_runtime, make, sha256, stage_dir,
+from .codegen.bundle import (Bundle, commit, copy_runtime, make, package_output, sha256, stage_dir,
                              write_makefile, write_manifest)
 from .errors import BuildError
 from .model import onnx_load
 from .mcu.config import is_mcu, mcu_config
-from .model.plan import DimRange, c_ident
+from .model.plan import DimRange
 
 # TVM-dependent stages are imported inside the functions that use them: importing TVM takes seconds, and
 # bad input (a missing file, a dim without a range) should be reported before that.
@@ -46,21 +45,6 @@ def prepare(model_path: str | Path, dim_ranges: dict[str, tuple[int, int]]) -> t
     onnx_load.check_ops(model)
     dims = onnx_load.resolve_dims(model, dim_ranges)
     return model, dims
-
-
-MAX_NAME = 64  # the package name is in file names and C symbols (ep_NAME_init, EP_NAME_ARENA_BYTES)
-_C_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def package_name(name: str | None, model_path: Path) -> str:
-    """--name, which must be a C identifier (it names files and symbols), or one made from the model's file name."""
-    derived = c_ident(Path(name or model_path.stem).name.lower())[:MAX_NAME]
-    if name is None:
-        return derived
-    if not _C_IDENT.fullmatch(name) or len(name) > MAX_NAME:
-        raise BuildError(f"--name '{name[:MAX_NAME]}' is not a C identifier (letters, digits and _, not starting with "
-                         f"a digit, at most {MAX_NAME} characters); use e.g. --name {derived}")
-    return name
 
 
 def lower_model(name: str, model: onnx.ModelProto, dims: list[DimRange]):
@@ -98,9 +82,7 @@ def build_package(model_path: str | Path, board: Board | str = "host", dim_range
     """Compile a model into a package. `db`: a tuning database whose kernel choices and dispatchers to use."""
     t0 = time.perf_counter()
     model_path = Path(model_path)
-    name = package_name(name, model_path)
-    out = Path(out) if out else Path("build") / name
-    target = check_output(out)  # the user's files are refused before any work, and never touched
+    name, out, target = package_output(model_path, out, name)  # before any work: the user's files are refused
     model, dims = prepare(model_path, dim_ranges or {})
     board = load_board(board) if isinstance(board, str) else board
     mcu = mcu_config(board) if is_mcu(board) else None  # bad MCU settings fail before the heavy work

@@ -12,6 +12,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -77,6 +78,30 @@ def read_manifest(path: Path) -> tuple[dict, str | None]:
 
 def is_package(path: Path) -> bool:
     return (path / "manifest.json").is_file() and read_manifest(path)[1] is None
+
+
+MAX_NAME = 64  # the package name is in file names and C symbols (ep_NAME_init, EP_NAME_ARENA_BYTES)
+_C_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def package_name(name: str | None, model_path: Path) -> str:
+    """--name, which must be a C identifier (it names files and symbols), or one made from the model's file name."""
+    from ..model.plan import c_ident
+
+    derived = c_ident(Path(name or model_path.stem).name.lower())[:MAX_NAME]
+    if name is None:
+        return derived
+    if not _C_IDENT.fullmatch(name) or len(name) > MAX_NAME:
+        raise BuildError(f"--name '{name[:MAX_NAME]}' is not a C identifier (letters, digits and _, not starting with "
+                         f"a digit, at most {MAX_NAME} characters); use e.g. --name {derived}")
+    return name
+
+
+def package_output(model_path: Path, out: str | os.PathLike | None, name: str | None) -> tuple[str, Path, Path]:
+    """(package name, output path, where to write it) for a build, checked; cheap, so commands call it first."""
+    name = package_name(name, Path(model_path))
+    out = Path(out) if out else Path("build") / name
+    return name, out, check_output(out)
 
 
 def check_output(out: Path) -> Path:
