@@ -178,31 +178,43 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-_terminated = False
+_stopped_by: int | None = None  # the signal (SIGINT, SIGTERM) that stopped the command
 
 
-def _terminate(signum, frame):
-    """SIGTERM: raised as a plain KeyboardInterrupt, so that the same cleanup runs as for Ctrl-C (a build's
-    .NAME.partial-* folder is removed) and TVM passes it through its C++ frames like Ctrl-C."""
-    global _terminated
-    _terminated = True
+def _on_signal(signum, frame):
+    """Ctrl-C and SIGTERM alike raise KeyboardInterrupt, so that the same cleanup runs (a build's
+    .NAME.partial-* folder is removed). TVM sometimes turns it into an error of its own: the flag tells."""
+    global _stopped_by
+    _stopped_by = signum
     raise KeyboardInterrupt
 
 
+def _stopped() -> int:
+    word = "terminated" if _stopped_by == signal.SIGTERM else "interrupted"
+    print(f"edgepack: {word}", file=sys.stderr)
+    return 128 + (_stopped_by or signal.SIGINT)
+
+
 def main(argv: list[str] | None = None) -> int:
-    signal.signal(signal.SIGTERM, _terminate)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _on_signal)
     try:  # from the start: a Ctrl-C while the commands' modules load is an interrupt too, not a traceback
         args = parser().parse_args(argv)
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
         return args.fn(args)
+    except KeyboardInterrupt:
+        return _stopped()
     except EdgepackError as e:
+        if _stopped_by is not None:  # the error is the signal, as TVM reported it
+            return _stopped()
         print(f"edgepack: error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # output piped into `head` and the like
         return 0
-    except KeyboardInterrupt:
-        print(f"edgepack: {'terminated' if _terminated else 'interrupted'}", file=sys.stderr)
-        return 128 + (signal.SIGTERM if _terminated else signal.SIGINT)
+    except Exception:
+        if _stopped_by is not None:
+            return _stopped()
+        raise
 
 
 if __name__ == "__main__":
