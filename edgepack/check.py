@@ -8,15 +8,15 @@ from pathlib import Path
 import numpy as np
 
 from .codegen.bundle import Bundle
+from .deploy.io import shape_of
 from .deploy.local import run_local
 
 
 def random_inputs(manifest: dict, dims: dict[str, int], seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
-    env = {d["c_name"]: dims[d["name"]] for d in manifest["dims"]}
     arrays = []
     for spec in manifest["inputs"]:
-        shape = [int(eval(s, {"__builtins__": {}}, env)) for s in spec["shape"]]  # noqa: S307 (plain dims)
+        shape = shape_of(manifest, spec["shape"], dims)
         dt = np.dtype(spec["dtype"])
         if dt.kind == "f":
             arrays.append(rng.standard_normal(shape).astype(dt))

@@ -20,6 +20,7 @@ from .codegen.bundle import (Bundle, commit, copy_runtime, make, package_output,
 from .errors import BuildError
 from .model import onnx_load
 from .mcu.config import is_mcu, mcu_config
+from .model.names import rename_model
 from .model.plan import DimRange
 
 # TVM-dependent stages are imported inside the functions that use them: importing TVM takes seconds, and
@@ -51,10 +52,11 @@ def lower_model(name: str, model: onnx.ModelProto, dims: list[DimRange]):
     """-> model.lower.Lowered: the plan and its TIR kernels."""
     from .model.canonicalize import canonicalize
     from .model.lower import import_relax, lower
+    from .model.op_fixes import fix_ops
 
-    model = canonicalize(model, {d.name: (d.lo, d.hi) for d in dims})
-    lowered = lower(name, import_relax(model), dims)
     ins, outs = onnx_load.graph_inputs(model), onnx_load.graph_outputs(model)
+    model = fix_ops(canonicalize(rename_model(model, dims), {d.c_name: (d.lo, d.hi) for d in dims}))
+    lowered = lower(name, import_relax(model), dims)
     for tid, io in zip(lowered.plan.inputs, ins):
         lowered.plan.tensor(tid).name = io.name
     for o, io in zip(lowered.plan.outputs, outs):
@@ -218,11 +220,13 @@ def _package_glue(name: str) -> str:
     M = name.upper()
     return (f"/* Generated: binds the generic programs to package '{name}'. */\n#include \"{name}.h\"\n"
             f"#define EP_PACKAGE ep_{name}_package\n#define EP_PACKAGE_CTX ep_{name}_ctx_t\n"
-            f"#define EP_PACKAGE_ARENA_BYTES EP_{M}_ARENA_BYTES\n#define EP_PACKAGE_IO_BYTES EP_{M}_IO_BYTES\n")
+            f"#define EP_PACKAGE_ARENA_BYTES EP_{M}_ARENA_BYTES\n#define EP_PACKAGE_IO_BYTES EP_{M}_IO_BYTES\n"
+            f"#define EP_PACKAGE_NUM_INPUTS EP_{M}_NUM_INPUTS\n#define EP_PACKAGE_NUM_OUTPUTS EP_{M}_NUM_OUTPUTS\n"
+            f"#define EP_PACKAGE_NUM_DIMS EP_{M}_NUM_DIMS\n#define EP_PACKAGE_MAX_IO_RANK EP_{M}_MAX_IO_RANK\n")
 
 
 def _io_json(plan, t, name: str) -> dict:
-    return {"name": name, "dtype": t.dtype, "shape": [s.c for s in t.shape]}
+    return {"name": name, "dtype": t.dtype, "shape": [s.to_json() for s in t.shape]}
 
 
 def _dumps(obj) -> str:

@@ -11,6 +11,7 @@ import os
 import re
 import struct
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -85,10 +86,11 @@ def _flashed(dev, bundle):
     return dev
 
 
-def _check(dev, bundle, model: str, sizes: list[dict], tmp_path, inputs_fn=random_inputs) -> float:
+def _check(dev, bundle, model: str | Path, sizes: list[dict], tmp_path, inputs_fn=random_inputs) -> float:
+    """Outputs of `model` (an example's or export's name, or a path) on the device against onnxruntime."""
     import onnxruntime as ort
 
-    path = EXAMPLES[model].path if model in EXAMPLES else EXPORTS / f"{model}.onnx"
+    path = model if isinstance(model, Path) else EXAMPLES[model].path if model in EXAMPLES else EXPORTS / f"{model}.onnx"
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # as edgepack.check does
     sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
@@ -96,8 +98,9 @@ def _check(dev, bundle, model: str, sizes: list[dict], tmp_path, inputs_fn=rando
     for k, dims in enumerate(sizes):
         arrays = inputs_fn(bundle.manifest, dims, seed=k)
         refs = sess.run(None, dict(zip([i.name for i in sess.get_inputs()], arrays)))
-        outs = dev.run(bundle, arrays, tmp_path / f"out{k}")
-        err = max(max_rel_error(np.load(o), r) for o, r in zip(outs, refs))
+        outs = [np.load(o) for o in dev.run(bundle, arrays, tmp_path / f"out{k}")]
+        assert [o.shape for o in outs] == [r.shape for r in refs], (model, dims)
+        err = max(max_rel_error(o, r) for o, r in zip(outs, refs))
         assert err < TOL, f"{model} on {dev.board.name} at {dims}: max relative error {err:.2e}"
         worst = max(worst, err)
     return worst
@@ -177,6 +180,33 @@ def test_encoder_on_the_stand_in(device, build, board, tmp_path):
     with pytest.raises(RunError, match="is not package .* flash it"):  # the device runs another package
         device.run(bundle, random_inputs(bundle.manifest, {"seq": 2}), tmp_path / "never")
     _check(_flashed(device, bundle), bundle, "encoder", [{"seq": n} for n in (1, 8, 33)], tmp_path)
+
+
+def _flat_model(path: Path) -> Path:
+    """x[batch, seq, 8] -> MatMul, Relu -> Reshape to [batch*seq, 8]: an output extent that is an expression."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32), "w")
+    flat = numpy_helper.from_array(np.array([-1, 8], np.int64), "flat")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Reshape", ["r", "flat"], ["y"])]
+    graph = helper.make_graph(nodes, "flat", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["rows", 8])], [w, flat])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8), path)
+    return path
+
+
+def test_output_extent_that_is_an_expression(device, board, tmp_path):
+    """The firmware sizes an output of shape [batch*seq, 8] with the package's output_shape() (its I/O
+    descriptor holds no number for batch*seq)."""
+    from edgepack.pipeline import build_package
+
+    model = _flat_model(tmp_path / "flat.onnx")
+    bundle = build_package(model, board.name, {"batch": (1, 4), "seq": (1, 8)}, tmp_path / "flat", name="flat").bundle
+    assert bundle.manifest["outputs"][0]["shape"] == ["(batch * seq)", "8"]
+    sizes = [{"batch": 1, "seq": 1}, {"batch": 3, "seq": 5}, {"batch": 4, "seq": 8}]
+    _check(_flashed(device, bundle), bundle, model, sizes, tmp_path)
 
 
 def test_pytorch_export_with_int8_weights(device, build, board, tmp_path):

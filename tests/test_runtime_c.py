@@ -4,6 +4,7 @@ package built and run with AddressSanitizer + UndefinedBehaviorSanitizer."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -46,6 +47,33 @@ def test_c_api_error_codes(encoder_bundle, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "run: dim above its range" in r.stdout and "UNEXPECTED" not in r.stdout
     assert "dim seq = 257 is outside its declared range 1..256" in r.stdout
+    # the runtime's reason reaches the context's message (it was written to a global nobody read)
+    assert re.search(r"message: kernel \w+ failed: kernel workspace exhausted; bytes asked for: [1-9]", r.stdout), r.stdout
+    for check in ("output_shape: NULL dims", "output_shape: dim above its range", "run after deinit"):
+        assert check in r.stdout
+
+
+def test_public_header_beside_dlpack_and_tvm_headers(encoder_bundle, tmp_path):
+    """A user's program that includes the real dlpack.h and tvm/ffi/c_api.h as well as the package's header."""
+    import tvm_ffi.libinfo
+
+    (tmp_path / "user.c").write_text(
+        "#include <dlpack/dlpack.h>\n#include <tvm/ffi/c_api.h>\n#include \"encoder.h\"\n"
+        "static ep_encoder_ctx_t ctx;\n"
+        "int main(void) { DLTensor* t = (DLTensor*)&ctx.t[0]; return (int)sizeof *t != (int)sizeof ctx.t[0]; }\n")
+    _cc(["user.c", f"-I{encoder_bundle.path / 'include'}", f"-I{encoder_bundle.path / 'runtime'}",
+         *[f"-I{p}" for p in tvm_ffi.libinfo.include_paths()], "-fsyntax-only"], tmp_path)
+
+
+def test_programs_check_the_package_sizes_when_built(encoder_bundle, tmp_path):
+    """run's arrays are sized from the package; a tensor rank the .npy code cannot hold stops the build."""
+    pkg = tmp_path / "pkg"
+    shutil.copytree(encoder_bundle.path, pkg)
+    glue = pkg / "programs" / "ep_package.h"
+    glue.write_text(glue.read_text() + "#undef EP_PACKAGE_MAX_IO_RANK\n#define EP_PACKAGE_MAX_IO_RANK 9\n")
+    r = subprocess.run(["gcc", "-std=c11", "-Iinclude", "-Iruntime", "-Iprograms", "-fsyntax-only", "programs/ep_run.c"],
+                       cwd=pkg, capture_output=True, text=True)
+    assert r.returncode != 0 and "a rank .npy I/O cannot hold" in r.stderr, r.stderr
 
 
 def test_package_under_sanitizers(encoder_bundle, tmp_path):

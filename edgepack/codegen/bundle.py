@@ -84,22 +84,21 @@ MAX_NAME = 64  # the package name is in file names and C symbols (ep_NAME_init, 
 _C_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def package_name(name: str | None, model_path: Path) -> str:
+def resolve_name(name: str | None, model_path: Path) -> str:
     """--name, which must be a C identifier (it names files and symbols), or one made from the model's file name."""
-    from ..model.plan import c_ident
+    from ..model.names import package_name
 
-    derived = c_ident(Path(name or model_path.stem).name.lower())[:MAX_NAME]
     if name is None:
-        return derived
+        return package_name(model_path.stem)
     if not _C_IDENT.fullmatch(name) or len(name) > MAX_NAME:
         raise BuildError(f"--name '{name[:MAX_NAME]}' is not a C identifier (letters, digits and _, not starting with "
-                         f"a digit, at most {MAX_NAME} characters); use e.g. --name {derived}")
+                         f"a digit, at most {MAX_NAME} characters); use e.g. --name {package_name(Path(name).name)}")
     return name
 
 
 def package_output(model_path: Path, out: str | os.PathLike | None, name: str | None) -> tuple[str, Path, Path]:
     """(package name, output path, where to write it) for a build, checked; cheap, so commands call it first."""
-    name = package_name(name, Path(model_path))
+    name = resolve_name(name, Path(model_path))
     out = Path(out) if out else Path("build") / name
     return name, out, check_output(out)
 
@@ -169,7 +168,7 @@ def _alive(pid: int) -> bool:
 def copy_runtime(dst: Path, platform: str) -> None:
     (dst / "runtime").mkdir(parents=True, exist_ok=True)
     (dst / "programs").mkdir(parents=True, exist_ok=True)
-    for f in ("ep_runtime.h", "ep_runtime.c", "ep_tvm_abi.h", "ep_platform.h", f"ep_platform_{platform}.c"):
+    for f in ("ep_runtime.h", "ep_internal.h", "ep_runtime.c", "ep_tvm_abi.h", "ep_platform.h", f"ep_platform_{platform}.c"):
         shutil.copy2(TEMPLATES / "runtime" / f, dst / "runtime" / f)
     for f in ("ep_run.c", "ep_bench.c", "ep_npy.c", "ep_npy.h"):
         shutil.copy2(TEMPLATES / "programs" / f, dst / "programs" / f)

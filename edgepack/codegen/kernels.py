@@ -55,7 +55,7 @@ def workspace_bound(func: tirx.PrimFunc, dims: list[DimRange], target: tvm.targe
     into the loop that uses it and shrinks it to its footprint there); TVM then sums its allocations.
     Each allocation also costs the LIFO allocator up to 2 * EP_ALIGN bytes (header + alignment).
     """
-    ub = {d.name: d.hi for d in dims}
+    ub = {d.c_name: d.hi for d in dims}  # kernels name dims by their generated C names
     ub["mt"] = -(-max(ub.values(), default=1) // max(tile, 1))  # row tiles of a main variant
     mod = tvm.IRModule({"main": _at_upper_bounds(func, ub).with_attr("global_symbol", "main")})
     mod = tvm.tirx.transform.BindTarget(target.with_host(target))(mod)

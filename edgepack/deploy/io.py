@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import DimError, RunError
+from ..model.plan import SymExpr
 
 
 def load_inputs(paths: list[str | Path]) -> list[np.ndarray]:
@@ -38,12 +38,12 @@ def dims_of(manifest: dict, arrays: list[np.ndarray]) -> dict[str, int]:
                            f"convert it with .astype(numpy.{spec['dtype']})")
         if a.ndim != len(spec["shape"]):
             raise RunError(f"input '{spec['name']}' must have rank {len(spec['shape'])} "
-                           f"(shape [{', '.join(spec['shape'])}]), got shape {list(a.shape)}")
+                           f"(shape {shape_text(manifest, spec['shape'])}), got shape {list(a.shape)}")
         for axis, (s, n) in enumerate(zip(spec["shape"], a.shape)):
-            if re.fullmatch(r"\d+", s):
-                if int(s) != n:
+            if isinstance(s, int):
+                if s != n:
                     raise RunError(f"input '{spec['name']}' axis {axis} must be {s}, got {n}")
-            elif s in c_to_name:
+            elif isinstance(s, str) and s in c_to_name:
                 d = c_to_name[s]
                 if d["name"] in dims and dims[d["name"]] != n:
                     raise DimError(f"dim {d['name']} is {dims[d['name']]} in one input and {n} in '{spec['name']}'")
@@ -56,6 +56,32 @@ def dims_of(manifest: dict, arrays: list[np.ndarray]) -> dict[str, int]:
     return dims
 
 
+def shape_of(manifest: dict, spec_shape: list, dims: dict[str, int]) -> list[int]:
+    """A manifest shape (ints, dim C names, [op, a, b] trees: SymExpr.to_json) at the given dims (by name)."""
+    env = {d["c_name"]: dims[d["name"]] for d in manifest["dims"] if d["name"] in dims}
+    return [SymExpr.from_json(s).eval(env) for s in spec_shape]
+
+
+def shape_text(manifest: dict, spec_shape: list) -> str:
+    """A manifest shape for messages, with the dims' own names: [batch, (batch * seq), 64]."""
+    names = {d["c_name"]: d["name"] for d in manifest["dims"]}
+    return "[" + ", ".join(_expr_text(s, names) for s in spec_shape) + "]"
+
+
+def _expr_text(j, names: dict[str, str]) -> str:
+    if isinstance(j, list):
+        a, b = (_expr_text(x, names) for x in j[1:])
+        return f"{j[0]}({a}, {b})" if j[0] in ("max", "min") else f"({a} {j[0]} {b})"
+    return names.get(j, str(j)) if isinstance(j, str) else str(j)
+
+
+# The C run program applies the same rule to the UTF-8 bytes of the name (templates/programs/ep_run.c).
+_FILE_NAME_MAX = 64
+
+
 def output_file(index: int, name: str) -> str:
-    """`<k>_<output name>.npy`, the name made file-safe (same rule as the C run program)."""
-    return f"{index}_{re.sub(r'[^A-Za-z0-9.-]', '_', name)}.npy"
+    """`<k>_<output name>.npy`: every UTF-8 byte of the name outside [A-Za-z0-9.-] becomes '_', and the
+    name is cut to 64 bytes."""
+    safe = bytes(b if chr(b).isascii() and (chr(b).isalnum() or chr(b) in ".-") else ord("_")
+                 for b in name.encode("utf-8", "surrogatepass")[:_FILE_NAME_MAX])
+    return f"{index}_{safe.decode('ascii')}.npy"

@@ -23,7 +23,7 @@ from ..errors import BoardError, DimError, RunError
 from ..mcu import protocol as P
 from ..mcu.config import mcu_config
 from .device import BenchResult, BenchSettings, Connection
-from .io import dims_of, output_file
+from .io import dims_of, output_file, shape_of
 
 RUN_TIMEOUT_S = 300  # one request may run the model many times on a slow (emulated) core
 
@@ -58,7 +58,7 @@ class SerialDevice:
         out_dir.mkdir(parents=True, exist_ok=True)
         paths = []
         for k, (spec, raw) in enumerate(zip(bundle.manifest["outputs"], outs)):
-            arr = np.frombuffer(raw, dtype=spec["dtype"]).reshape(_shape(spec["shape"], bundle.manifest, dims))
+            arr = np.frombuffer(raw, dtype=spec["dtype"]).reshape(shape_of(bundle.manifest, spec["shape"], dims))
             paths.append(out_dir / output_file(k, spec["name"]))
             np.save(paths[-1], arr)
         return paths
@@ -147,11 +147,6 @@ class SerialDevice:
         step = int(self.info.fields["max_payload"])
         chunk = lambda off: struct.pack("<B3xII", index, off, min(step, nbytes - off))  # noqa: E731
         return b"".join(self.link.request(P.GET_OUTPUT, chunk(off)).payload for off in range(0, nbytes, step))
-
-
-def _shape(spec: list[str], manifest: dict, dims: dict[str, int]) -> list[int]:
-    env = {d["c_name"]: dims[d["name"]] for d in manifest["dims"] if d["name"] in dims}
-    return [int(eval(s, {"__builtins__": {}}, env)) for s in spec]  # noqa: S307 (dims and integer arithmetic)
 
 
 def flash_image(board: Board, conn: Connection, elf: Path) -> Connection:

@@ -32,7 +32,7 @@ from .firmware import FIRMWARE, config_header, linker_script
 
 CMD_INFO, CMD_TRIAL = 1, 16
 _DL = {"f": 2, "i": 0, "u": 1, "b": 6}
-RUNTIME = ("ep_runtime.c", "ep_runtime.h", "ep_tvm_abi.h", "ep_platform.h", "ep_platform_single.c")
+RUNTIME = ("ep_runtime.c", "ep_runtime.h", "ep_internal.h", "ep_tvm_abi.h", "ep_platform.h", "ep_platform_single.c")
 FW_SOURCES = ("ep_fw_trials.c", "ep_fw_proto.c", "ep_fw_uart.c", "ep_fw_timer.c", "ep_fw_startup.c")
 OVERHEAD_RAM = 8192  # firmware data, frame buffer and runtime state, besides the stack
 

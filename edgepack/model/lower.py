@@ -6,7 +6,6 @@ Relax's own passes do the heavy lifting (legalize to TIR, fuse, plan storage at 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import onnx
@@ -58,8 +57,9 @@ def relax_pipeline() -> tvm.transform.Pass:
 
 def lower(name: str, mod: tvm.IRModule, dims: list[DimRange]) -> Lowered:
     main = mod["main"]
-    ub = {d.name: d.hi for d in dims}
-    mod["main"] = main.with_attr("tir_var_upper_bound", ub).with_attr("tir_var_lower_bound", {d.name: d.lo for d in dims})
+    # TVM's vars carry the dims' generated names (model/names.py rename_model)
+    ub = {d.c_name: d.hi for d in dims}
+    mod["main"] = main.with_attr("tir_var_upper_bound", ub).with_attr("tir_var_lower_bound", {d.c_name: d.lo for d in dims})
     try:
         with tvm.transform.PassContext(opt_level=3):
             mod = relax_pipeline()(mod)
@@ -102,7 +102,7 @@ class _PlanWalker:
 
     def _sym(self, e) -> SymExpr:
         s = to_sym(e)
-        free = _identifiers(s.c) - self.known_dims
+        free = s.free_dims() - self.known_dims
         if free:
             raise ModelError(
                 f"a shape depends on values computed at run time ({', '.join(sorted(free))}); "
@@ -256,7 +256,3 @@ class _PlanWalker:
         plan.arena_bytes = offset
         assert offset % ALIGN == 0
         return plan
-
-
-def _identifiers(c: str) -> set[str]:
-    return {m for m in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", c) if not m.startswith("ep_")}

@@ -12,7 +12,8 @@ from onnx import TensorProto, helper
 
 from ..errors import DimError, ModelError, UnsupportedOpsError
 from .ops import SUPPORTED_OPS
-from .plan import DimRange, c_ident
+from .names import dim_c_name
+from .plan import DimRange
 
 
 @dataclass(frozen=True)
@@ -151,10 +152,7 @@ def resolve_dims(model: onnx.ModelProto, ranges: dict[str, tuple[int, int]]) -> 
     if unknown:
         known = ", ".join(names) or "none"
         raise DimError(f"--dim {unknown[0]} is not a dynamic dim of this model (its dynamic dims: {known})")
-    c_names = [c_ident(n) for n in names]
-    if len(set(c_names)) != len(c_names):
-        raise DimError(f"dynamic dims {names} collide after making them C identifiers; rename them in the model")
-    return [DimRange(n, c, *ranges[n]) for n, c in zip(names, c_names)]
+    return [DimRange(n, dim_c_name(i), *ranges[n]) for i, n in enumerate(names)]
 
 
 # Ops whose extra outputs TVM's importer does not compute (it returns placeholders): a model may use

@@ -5,8 +5,8 @@ benchmarks/results/conformance.json and .md; one case per op runs in tests/test_
 An op is listed when edgepack passes every node test of it that uses only common dtypes (float32,
 float64, int64, int32, int8, uint8, bool), as written or with its non-data inputs (shape, axes, pads, ...)
 made constants as exporters write them. Ops whose failing cases are exotic are listed too; the comments
-below name those cases, one line per op. Left out after the conformance run: Resize (21 of 39 cases
-fail, several downsample linear/cubic/antialias cases with silently wrong values, taken from TVM).
+below name those cases, one line per op. An op whose failing cases would give wrong values is listed only
+when edgepack refuses those cases at build (model/op_fixes.py).
 """
 
 # Partially passing ops kept in the set (conformance run of scripts/conformance.py):
@@ -22,16 +22,21 @@ fail, several downsample linear/cubic/antialias cases with silently wrong values
 # MaxPool: the optional Indices output (2 with_argmax cases) is refused at build; output 0 alone matches.
 # Pow: float^float only; integer and mixed float/int exponents are rejected at build by TVM (ModelError).
 # Range: fails with run-time start/limit/delta (data-dependent shape); exports' Range is rewritten at build.
-# ReduceL2, ReduceMax, ReduceMin, ReduceProd, ReduceSum: fail on zero-size (empty_set) inputs; ReduceMax/Min on bool.
+# ReduceL2, ReduceLogSumExp, ReduceMax, ReduceMin, ReduceProd, ReduceSum: fail on zero-size (empty_set) inputs;
+#   ReduceMax/Min on bool.
+# Resize: what TVM's importer would compute wrongly is rewritten or refused at build (model/op_fixes.py):
+#   antialias, half_pixel_symmetric, and scales the output/input size ratio cannot express are refused.
+# Trilu: fails only on zero-size inputs.
 # Reshape: fails only for a zero-size input with allowzero=1.
 # Split: fails only for zero-size splits.
 SUPPORTED_OPS: frozenset[str] = frozenset(
     """
     Abs Add And ArgMax AveragePool BatchNormalization Cast Ceil Clip Concat Constant ConstantOfShape Conv Cos
-    DequantizeLinear Div Dropout Einsum Elu Equal Erf Exp Expand Flatten Floor Gather Gelu Gemm GlobalAveragePool
-    GlobalMaxPool Greater HardSigmoid HardSwish Identity InstanceNormalization LayerNormalization LeakyRelu Less
-    Log LogSoftmax MatMul Max MaxPool Mean Min Mul Neg Not Or Pad Pow PRelu Range Reciprocal ReduceL2 ReduceMax
-    ReduceMean ReduceMin ReduceProd ReduceSum Relu Reshape Shape Sigmoid Sign Sin Slice Softmax Softplus
-    Split Sqrt Squeeze Sub Sum Tanh Tile Transpose Unsqueeze Where Xor
+    DequantizeLinear Div Dropout Einsum Elu Equal Erf Exp Expand Flatten Floor Gather GatherND Gelu Gemm
+    GlobalAveragePool GlobalMaxPool Greater GreaterOrEqual GroupNormalization HardSigmoid HardSwish Identity
+    InstanceNormalization IsInf IsNaN LayerNormalization LeakyRelu Less LessOrEqual Log LogSoftmax MatMul Max
+    MaxPool Mean Min Mul Neg Not Or Pad Pow PRelu Range Reciprocal ReduceL2 ReduceLogSumExp ReduceMax ReduceMean
+    ReduceMin ReduceProd ReduceSum Relu Reshape Resize ScatterND Shape Sigmoid Sign Sin Slice Softmax Softplus
+    Split Sqrt Squeeze Sub Sum Tanh Tile Transpose Trilu Unsqueeze Where Xor
     """.split()
 )

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..errors import DimError, EdgepackError
+from ..model.names import c_comment
 from ..model.plan import DimRange
 
 JSON_FORMAT = "edgepack.tree_dispatcher"
@@ -198,7 +199,7 @@ class TreeDispatcher:
         names = ", ".join(f"{d.name} = dims[{j}]" for d, j in zip(self.dims, idx)) or "none"
         lines = [
             f"/* Tuned dispatcher (edgepack.tune.dispatch_tree): {len(self.table)} sampled instances in an exact "
-            f"table, others by a decision tree of depth {self.tree.depth()}. Dims: {_c_comment(names)}.",
+            f"table, others by a decision tree of depth {self.tree.depth()}. Dims: {c_comment(names)}.",
             " * Returns the kernel index, or -1 when a dim is outside its declared range: the caller turns -1 into",
             " * EP_ERR_SHAPE (the package's run function checks the ranges first). */",
             f"int {fn_name}(const int64_t* dims) {{",
@@ -206,7 +207,7 @@ class TreeDispatcher:
         if not self.dims:
             lines.append("  (void)dims;")
         for d, r in zip(self.dims, ref):
-            lines.append(f"  if ({r} < {d.lo} || {r} > {d.hi}) return -1; /* {_c_comment(d.name)} */")
+            lines.append(f"  if ({r} < {d.lo} || {r} > {d.hi}) return -1; /* {c_comment(d.name)} */")
         if self.table:
             items = sorted((self.key(x), k) for x, k in self.table.items())
             n = len(items)
@@ -355,7 +356,3 @@ def _emit_node(n: Node, ref: list[str], indent: int) -> list[str]:
 
 def _wrap(values: list[str], per_line: int = 12) -> list[str]:
     return ["    " + ", ".join(values[i:i + per_line]) + "," for i in range(0, len(values), per_line)]
-
-
-def _c_comment(s: str) -> str:
-    return s.replace("*/", "* /").replace("/*", "/ *")

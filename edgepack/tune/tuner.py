@@ -275,12 +275,12 @@ def _progress(total: int, done: int, enabled: bool):
 
 def tune_model(model_path: str | Path, board: Board, dim_ranges: dict, db_path: str | Path, measurer,
                opts: TuneOptions, name: str | None = None) -> TuneReport:
-    from ..codegen.bundle import package_name
+    from ..model.names import package_name
     from ..pipeline import lower_model, prepare
 
     model_path = Path(model_path)
     model, dims = prepare(model_path, dim_ranges)
-    name = package_name(name, model_path)
+    name = name or package_name(model_path.stem)
     tasks = extract_tasks(lower_model(name, model, dims), dims)
     if not tasks:
         raise EdgepackError(f"{model_path}: no kernel to tune (no dense/matmul layer whose rows follow a dynamic "

@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "ep_fw_config.h"
-#include "ep_runtime.h"
+#include "ep_internal.h"
 
 #define EP_FW_REG(addr) (*(volatile uint32_t*)(uintptr_t)(addr))
 

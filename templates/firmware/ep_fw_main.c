@@ -14,6 +14,8 @@
 enum { CMD_INFO = 1, CMD_SET_INPUT = 2, CMD_RUN = 3, CMD_GET_OUTPUT = 4, CMD_BENCH = 5 };
 #define MAX_IO 16
 #define MAX_DIMS 8
+_Static_assert(EP_PACKAGE_NUM_INPUTS + EP_PACKAGE_NUM_OUTPUTS <= MAX_IO && EP_PACKAGE_NUM_DIMS <= MAX_DIMS,
+               "the firmware serves up to MAX_IO inputs+outputs and MAX_DIMS dims");
 
 static const ep_package_t* const pkg = &EP_PACKAGE;
 static _Alignas(EP_ALIGN) uint8_t arena[EP_PACKAGE_ARENA_BYTES];
@@ -24,22 +26,36 @@ static size_t out_bytes[MAX_IO]; /* at the last successful run's dims; 0: nothin
 static ep_msg_t text;
 
 /* --- package I/O ----------------------------------------------------------------------------------- */
-static size_t io_bytes(const ep_io_desc_t* d, const int64_t* dims) {
+static size_t shape_bytes(const ep_io_desc_t* d, const int64_t* shape) {
   size_t n = (size_t)d->itemsize;
-  for (int a = 0; a < d->rank; ++a) n *= (size_t)(d->shape[a] >= 0 ? d->shape[a] : dims[-d->shape[a] - 1]);
+  for (int a = 0; a < d->rank; ++a) n *= (size_t)shape[a];
   return n;
 }
 
+static size_t input_bytes(int i, const int64_t* dims) {
+  const ep_io_desc_t* d = &pkg->inputs[i];
+  int64_t shape[EP_PACKAGE_MAX_IO_RANK];
+  for (int a = 0; a < d->rank; ++a) shape[a] = d->shape[a] >= 0 ? d->shape[a] : dims[-d->shape[a] - 1];
+  return shape_bytes(d, shape);
+}
+
+/* An output's extents may be expressions of dims (batch*seq): the package computes them. 0 if the dims
+ * are outside their ranges. */
+static size_t output_bytes(int i, const int64_t* dims) {
+  int64_t shape[EP_PACKAGE_MAX_IO_RANK];
+  return pkg->output_shape(dims, i, shape) == EP_OK ? shape_bytes(&pkg->outputs[i], shape) : 0;
+}
+
+/* Every input and output gets its size at the dims' upper bounds, one after the other in `io`. */
 static void layout_io(void) {
   int64_t hi[MAX_DIMS];
   for (int d = 0; d < pkg->num_dims; ++d) hi[d] = pkg->dims[d].hi;
   size_t off = 0;
   for (int i = 0; i < pkg->num_inputs + pkg->num_outputs; ++i) {
     int is_in = i < pkg->num_inputs;
-    const ep_io_desc_t* d = is_in ? &pkg->inputs[i] : &pkg->outputs[i - pkg->num_inputs];
     ep_buffer_t* b = is_in ? &in_buf[i] : &out_buf[i - pkg->num_inputs];
     b->data = io + off;
-    b->bytes = io_bytes(d, hi);
+    b->bytes = is_in ? input_bytes(i, hi) : output_bytes(i - pkg->num_inputs, hi);
     off += (b->bytes + EP_ALIGN - 1) / EP_ALIGN * EP_ALIGN;
   }
 }
@@ -140,7 +156,7 @@ static void cmd_run(uint8_t cmd, const uint8_t* p, size_t n, uint8_t* out) {
   }
   ep_fw_put_u64(out, ticks);
   for (int i = 0; i < pkg->num_outputs; ++i) {
-    out_bytes[i] = io_bytes(&pkg->outputs[i], dims);
+    out_bytes[i] = output_bytes(i, dims);
     ep_fw_put_u32(out + 8 + 4 * i, (uint32_t)out_bytes[i]);
   }
   ep_fw_send(cmd, EP_FW_OK, out, 8 + 4 * (size_t)pkg->num_outputs);

@@ -12,6 +12,7 @@ enum { CMD_INFO = 1, CMD_TRIAL = 16 };
 
 static _Alignas(EP_ALIGN) uint8_t arena[EP_FW_TRIAL_ARENA + EP_FW_TRIAL_WORKSPACE];
 static ep_msg_t text;
+static ep_rt_t rt; /* the trials' runtime state: one thread, workspace after the arguments */
 
 /* Arguments of trial t in the arena, tensors filled with small pseudo-random values (no denormals). */
 static void setup(const ep_fw_trial_t* t, DLTensor* dl, TVMFFIAny* a) {
@@ -52,11 +53,12 @@ static void trial(uint8_t cmd, const uint8_t* p, size_t n, uint8_t* out) {
   DLTensor dl[EP_FW_TRIAL_MAX_ARGS];
   TVMFFIAny a[EP_FW_TRIAL_MAX_ARGS];
   setup(t, dl, a);
-  ep_workspace_bind(arena + EP_FW_TRIAL_ARENA, EP_FW_TRIAL_WORKSPACE, 1);
+  ep_rt_enter(&rt); /* no run to return to: the trials' state stays current */
   for (uint32_t i = 0; i < warmup + repeat; ++i) {
     uint64_t t0 = ep_fw_ticks();
     if (ep_call(t->fn, a, t->nargs) != EP_OK) {
-      ep_fw_send_error(cmd, EP_FW_RUN_FAILED, "trial: the kernel failed (workspace exhausted?)", "");
+      ep_rt_kernel_failed(&rt, &text, "trial");
+      ep_fw_send_error(cmd, EP_FW_RUN_FAILED, text.text, "");
       return;
     }
     if (i >= warmup) ep_fw_put_u64(out + 8 * (i - warmup), ep_fw_ticks() - t0);
@@ -84,5 +86,6 @@ static void handle(uint8_t cmd, uint8_t* p, size_t n, uint8_t* out) {
 int main(void) {
   ep_fw_timer_init();
   ep_fw_uart_init();
+  ep_rt_init(&rt, arena + EP_FW_TRIAL_ARENA, EP_FW_TRIAL_WORKSPACE, 1, &text); /* one thread: cannot fail */
   ep_fw_serve(handle);
 }

@@ -2,7 +2,7 @@
 #ifndef EP_FW_TRIALS_H_
 #define EP_FW_TRIALS_H_
 
-#include "ep_runtime.h"
+#include "ep_internal.h"
 
 typedef struct {
   int64_t scalar; /* ndim 0: an int64 scalar argument with this value */

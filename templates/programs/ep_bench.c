@@ -7,13 +7,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ep_internal.h" /* ep_platform_time_ns, ep_rt_threads */
 #include "ep_package.h"
 
-#define MAX_IO 32
+/* Array sizes from the package, checked when this is compiled (+ 1: C has no empty arrays). */
+#define N_IN (EP_PACKAGE_NUM_INPUTS + 1)
+#define N_OUT (EP_PACKAGE_NUM_OUTPUTS + 1)
+#define N_DIMS (EP_PACKAGE_NUM_DIMS + 1)
 #define MAX_SAMPLES 100000
 
 static _Alignas(EP_ALIGN) uint8_t arena[EP_PACKAGE_ARENA_BYTES];
-static _Alignas(EP_ALIGN) uint8_t io_pool[EP_PACKAGE_IO_BYTES + EP_ALIGN * 2 * MAX_IO];
+static _Alignas(EP_ALIGN) uint8_t io_pool[EP_PACKAGE_IO_BYTES + EP_ALIGN * (N_IN + N_OUT)];
 static EP_PACKAGE_CTX ctx;
 static uint64_t samples[MAX_SAMPLES];
 
@@ -44,15 +48,22 @@ int main(int argc, char** argv) {
             MAX_SAMPLES, pkg->num_dims);
     return 2;
   }
-  int64_t dims[16];
-  for (int d = 0; d < pkg->num_dims; ++d) dims[d] = atoll(argv[a + d]);
+  int64_t dims[N_DIMS];
+  for (int d = 0; d < pkg->num_dims; ++d) {
+    dims[d] = atoll(argv[a + d]);
+    if (dims[d] < pkg->dims[d].lo || dims[d] > pkg->dims[d].hi) {
+      fprintf(stderr, "error: dim %s = %lld is outside its declared range %lld..%lld\n", pkg->dims[d].name,
+              (long long)dims[d], (long long)pkg->dims[d].lo, (long long)pkg->dims[d].hi);
+      return 3;
+    }
+  }
 
   /* Input shapes follow from the dims: static extents, or the dim an axis names. */
-  ep_buffer_t in[MAX_IO], out[MAX_IO];
+  ep_buffer_t in[N_IN], out[N_OUT];
+  int64_t shape[EP_PACKAGE_MAX_IO_RANK];
   size_t used = 0;
   for (int i = 0; i < pkg->num_inputs; ++i) {
     const ep_io_desc_t* io = &pkg->inputs[i];
-    int64_t shape[16];
     for (int k = 0; k < io->rank; ++k) shape[k] = io->shape[k] >= 0 ? io->shape[k] : dims[-io->shape[k] - 1];
     size_t n = io_bytes(io, shape);
     if (used + n > sizeof io_pool) {
@@ -63,8 +74,10 @@ int main(int argc, char** argv) {
     used += (n + EP_ALIGN - 1) / EP_ALIGN * EP_ALIGN;
   }
   for (int i = 0; i < pkg->num_outputs; ++i) {
-    int64_t shape[16];
-    pkg->output_shape(dims, i, shape);
+    if (pkg->output_shape(dims, i, shape) != EP_OK) {
+      fprintf(stderr, "error: output_shape failed for output %d\n", i);
+      return 4;
+    }
     size_t n = io_bytes(&pkg->outputs[i], shape);
     if (used + n > sizeof io_pool) {
       fprintf(stderr, "error: dims are outside the package's declared ranges\n");
@@ -91,7 +104,7 @@ int main(int argc, char** argv) {
   }
   printf("{\"package\": \"%s\", \"dims\": [", pkg->name);
   for (int d = 0; d < pkg->num_dims; ++d) printf("%s%lld", d ? ", " : "", (long long)dims[d]);
-  printf("], \"threads\": %d, \"samples_ns\": [", ep_pool_threads());
+  printf("], \"threads\": %d, \"samples_ns\": [", ep_rt_threads(&ctx.rt));
   for (long i = 0; i < n; ++i) printf("%s%llu", i ? ", " : "", (unsigned long long)samples[i]);
   printf("]");
   const uint64_t* calls = pkg->call_ns(&ctx);
@@ -105,6 +118,6 @@ int main(int argc, char** argv) {
     printf("]");
   }
   printf("}\n");
-  ep_pool_stop();
+  pkg->deinit(&ctx);
   return 0;
 }

@@ -7,12 +7,16 @@
 #include <string.h>
 
 #include "ep_npy.h"
-#include "ep_package.h" /* generated: EP_PACKAGE, EP_PACKAGE_CTX, EP_PACKAGE_ARENA_BYTES, EP_PACKAGE_IO_BYTES */
+#include "ep_package.h" /* generated: EP_PACKAGE, EP_PACKAGE_CTX, EP_PACKAGE_ARENA_BYTES, ..._NUM_INPUTS, ... */
 
-#define MAX_IO 32
+/* Array sizes from the package, checked when this is compiled (+ 1: C has no empty arrays). */
+#define N_IN (EP_PACKAGE_NUM_INPUTS + 1)
+#define N_OUT (EP_PACKAGE_NUM_OUTPUTS + 1)
+#define N_DIMS (EP_PACKAGE_NUM_DIMS + 1)
+_Static_assert(EP_PACKAGE_MAX_IO_RANK <= EP_NPY_MAX_RANK, "a tensor of the package has a rank .npy I/O cannot hold");
 
 static _Alignas(EP_ALIGN) uint8_t arena[EP_PACKAGE_ARENA_BYTES];
-static _Alignas(EP_ALIGN) uint8_t io_pool[EP_PACKAGE_IO_BYTES + EP_ALIGN * 2 * MAX_IO];
+static _Alignas(EP_ALIGN) uint8_t io_pool[EP_PACKAGE_IO_BYTES + EP_ALIGN * (N_IN + N_OUT)];
 static EP_PACKAGE_CTX ctx;
 
 static int fail(int code, const char* what, const char* detail) {
@@ -20,9 +24,11 @@ static int fail(int code, const char* what, const char* detail) {
   return code;
 }
 
+/* The file-name rule of edgepack/deploy/io.py output_file: per UTF-8 byte, at most 64 bytes. */
+#define FILE_NAME_MAX 64
 static void file_safe(char* out, size_t n, const char* name) {
   size_t i = 0;
-  for (; name[i] && i + 1 < n; ++i) {
+  for (; name[i] && i + 1 < n && i < FILE_NAME_MAX; ++i) {
     char c = name[i];
     out[i] = ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.') ? c : '_';
   }
@@ -44,12 +50,10 @@ int main(int argc, char** argv) {
     fprintf(stderr, "error: %s takes %d input(s), got %d\n", pkg->name, pkg->num_inputs, n_in);
     return 2;
   }
-  if (pkg->num_inputs > MAX_IO || pkg->num_outputs > MAX_IO) return fail(2, "too many inputs or outputs", NULL);
-
-  ep_buffer_t in[MAX_IO], out[MAX_IO];
-  int64_t shapes[MAX_IO][EP_NPY_MAX_RANK];
-  const int64_t* shape_ptrs[MAX_IO];
-  int ranks[MAX_IO];
+  ep_buffer_t in[N_IN], out[N_OUT];
+  int64_t shapes[N_IN][EP_NPY_MAX_RANK];
+  const int64_t* shape_ptrs[N_IN];
+  int ranks[N_IN];
   size_t used = 0;
   for (int i = 0; i < n_in; ++i) {
     const ep_io_desc_t* io = &pkg->inputs[i];
@@ -80,14 +84,15 @@ int main(int argc, char** argv) {
     shape_ptrs[i] = shapes[i];
     ranks[i] = info.rank;
   }
-  int64_t dims[16];
+  int64_t dims[N_DIMS];
   ep_msg_t msg;
+  ep_status_t st;
   if (ep_dims_from_shapes(pkg, shape_ptrs, ranks, dims, &msg) != EP_OK) return fail(3, msg.text, NULL);
 
-  int64_t out_shape[MAX_IO][EP_NPY_MAX_RANK];
+  int64_t out_shape[N_OUT][EP_NPY_MAX_RANK];
   for (int i = 0; i < pkg->num_outputs; ++i) {
     const ep_io_desc_t* io = &pkg->outputs[i];
-    pkg->output_shape(dims, i, out_shape[i]);
+    if ((st = pkg->output_shape(dims, i, out_shape[i])) != EP_OK) return fail(4, "output_shape", ep_status_str(st));
     size_t bytes = (size_t)io->itemsize;
     for (int k = 0; k < io->rank; ++k) bytes *= (size_t)out_shape[i][k];
     if (used + bytes > sizeof io_pool) return fail(4, "internal: output pool too small", NULL);
@@ -96,19 +101,19 @@ int main(int argc, char** argv) {
     used += (bytes + EP_ALIGN - 1) / EP_ALIGN * EP_ALIGN;
   }
 
-  ep_status_t st = pkg->init(&ctx, arena, sizeof arena, &opts);
+  st = pkg->init(&ctx, arena, sizeof arena, &opts);
   if (st != EP_OK) return fail(4, "init failed", pkg->message(&ctx));
   st = pkg->run(&ctx, in, out, dims);
   if (st != EP_OK) return fail(st == EP_ERR_SHAPE ? 3 : 4, ep_status_str(st), pkg->message(&ctx));
 
   for (int i = 0; i < pkg->num_outputs; ++i) {
     const ep_io_desc_t* io = &pkg->outputs[i];
-    char safe[128], path[4096];
+    char safe[FILE_NAME_MAX + 1], path[4096];
     file_safe(safe, sizeof safe, io->name);
     snprintf(path, sizeof path, "%s/%d_%s.npy", out_dir, i, safe);
     if (ep_npy_write(path, io->dtype, out_shape[i], io->rank, out[i].data, out[i].bytes) != 0)
       return fail(2, "cannot write output", path);
   }
-  ep_pool_stop();
+  pkg->deinit(&ctx);
   return 0;
 }

@@ -1,8 +1,7 @@
 /* edgepack runtime core: portable C11, no malloc, no stdio. */
-#include "ep_runtime.h"
-
 #include <string.h>
 
+#include "ep_internal.h"
 #include "ep_platform.h"
 
 const char* ep_status_str(ep_status_t s) {
@@ -129,64 +128,109 @@ ep_status_t ep_call(ep_packed_fn_t fn, const TVMFFIAny* args, int nargs) {
   return fn(NULL, args, nargs, &ret) == 0 ? EP_OK : EP_ERR_KERNEL;
 }
 
-/* --- kernel workspace: LIFO per thread ----------------------------------------------------------- */
-#ifndef EP_MAX_THREADS
-#define EP_MAX_THREADS 16
-#endif
+/* --- a context's runtime state --------------------------------------------------------------------- */
+static int rt_running(const ep_rt_t* rt) { return rt->self == rt; }
 
-static struct {
-  uint8_t* base;
-  size_t per_thread;
-  size_t top[EP_MAX_THREADS];
-  int threads;
-} ep_ws;
-
-void ep_workspace_bind(uint8_t* base, size_t per_thread, int threads) {
-  ep_ws.base = base;
-  ep_ws.per_thread = per_thread;
-  ep_ws.threads = threads;
-  for (int i = 0; i < EP_MAX_THREADS; ++i) ep_ws.top[i] = 0;
+ep_status_t ep_rt_init(ep_rt_t* rt, uint8_t* workspace, size_t per_thread, int threads, ep_msg_t* msg) {
+  ep_rt_deinit(rt);
+  memset(rt, 0, sizeof *rt);
+  int n = ep_platform_pool_start(rt->pool.bytes, threads, rt);
+  if (n < 1) {
+    ep_msg_set(msg, "could not start ", "the thread pool", "");
+    return EP_ERR_THREAD;
+  }
+  rt->ws_base = workspace;
+  rt->ws_per_thread = per_thread;
+  rt->threads = n;
+  rt->self = rt;
+  return EP_OK;
 }
 
+void ep_rt_deinit(ep_rt_t* rt) {
+  if (!rt_running(rt)) return;
+  ep_platform_pool_stop(rt->pool.bytes);
+  rt->self = NULL;
+}
+
+int ep_rt_threads(const ep_rt_t* rt) { return rt->threads; }
+
+ep_rt_t* ep_rt_enter(ep_rt_t* rt) {
+  ep_rt_t* prev = ep_platform_current();
+  for (int i = 0; i < rt->threads; ++i) rt->ws_top[i] = 0; /* a failed run may not have freed its workspace */
+  rt->error.text[0] = '\0';
+  ep_platform_set_current(rt);
+  return prev;
+}
+
+void ep_rt_leave(ep_rt_t* prev) { ep_platform_set_current(prev); }
+
+/* The first error of a run wins: later ones are usually its consequences. */
+static void rt_error(const char* a, const char* b, const char* c, int64_t n) {
+  ep_rt_t* rt = ep_platform_current();
+  if (!rt) return;
+  ep_platform_pool_lock(rt->pool.bytes);
+  if (!rt->error.text[0]) {
+    ep_msg_set(&rt->error, a, b, c);
+    if (n >= 0) ep_msg_append_i64(&rt->error, n);
+  }
+  ep_platform_pool_unlock(rt->pool.bytes);
+}
+
+void ep_rt_kernel_failed(ep_rt_t* rt, ep_msg_t* msg, const char* kernel) {
+  ep_msg_set(msg, "kernel ", kernel, " failed");
+  if (rt->error.text[0]) {
+    ep_msg_append(msg, ": ");
+    ep_msg_append(msg, rt->error.text);
+  }
+}
+
+/* --- kernel workspace: LIFO per thread, in the current context's arena -------------------------------- */
 void* TVMBackendAllocWorkspace(int device_type, int device_id, uint64_t nbytes, int dtype_code_hint,
                                int dtype_bits_hint) {
   (void)device_type, (void)device_id, (void)dtype_code_hint, (void)dtype_bits_hint;
+  ep_rt_t* rt = ep_platform_current();
   int w = ep_platform_worker_id();
-  if (w < 0 || w >= ep_ws.threads) return NULL;
+  if (!rt || w < 0 || w >= rt->threads) return NULL; /* a kernel called outside run: nothing to report to */
   size_t need = ((size_t)nbytes + EP_ALIGN - 1) / EP_ALIGN * EP_ALIGN + EP_ALIGN; /* + a size header */
-  if (ep_ws.top[w] + need > ep_ws.per_thread) return NULL;
-  uint8_t* p = ep_ws.base + (size_t)w * ep_ws.per_thread + ep_ws.top[w];
+  if (rt->ws_top[w] + need > rt->ws_per_thread) {
+    rt_error("kernel workspace exhausted", "; bytes asked for: ", "", (int64_t)nbytes);
+    return NULL;
+  }
+  uint8_t* p = rt->ws_base + (size_t)w * rt->ws_per_thread + rt->ws_top[w];
   *(size_t*)p = need;
-  ep_ws.top[w] += need;
+  rt->ws_top[w] += need;
   return p + EP_ALIGN;
 }
 
 int TVMBackendFreeWorkspace(int device_type, int device_id, void* ptr) {
   (void)device_type, (void)device_id;
+  ep_rt_t* rt = ep_platform_current();
   int w = ep_platform_worker_id();
+  if (!rt || w < 0 || w >= rt->threads || !ptr) return -1;
   uint8_t* p = (uint8_t*)ptr - EP_ALIGN;
   size_t need = *(size_t*)p;
   /* Frees come in reverse order of allocation within a thread. */
-  if (p + need != ep_ws.base + (size_t)w * ep_ws.per_thread + ep_ws.top[w]) return -1;
-  ep_ws.top[w] -= need;
+  if (p + need != rt->ws_base + (size_t)w * rt->ws_per_thread + rt->ws_top[w]) {
+    rt_error("kernel workspace freed out of order", "", "", -1);
+    return -1;
+  }
+  rt->ws_top[w] -= need;
   return 0;
 }
 
 int TVMBackendParallelLaunch(FTVMParallelLambda flambda, void* cdata, int num_task) {
-  return ep_platform_parallel_launch(flambda, cdata, num_task);
+  ep_rt_t* rt = ep_platform_current();
+  if (!rt) return -1;
+  return ep_platform_parallel_launch(rt->pool.bytes, flambda, cdata, num_task);
 }
 
 int TVMBackendParallelBarrier(int task_id, TVMParallelGroupEnv* penv) {
-  return ep_platform_parallel_barrier(task_id, penv);
+  ep_rt_t* rt = ep_platform_current();
+  if (!rt) return -1;
+  return ep_platform_parallel_barrier(rt->pool.bytes, task_id, penv);
 }
 
-static char ep_last_kernel_error[EP_MSG_BYTES];
-
-void TVMFFIErrorSetRaisedFromCStr(const char* kind, const char* message) {
-  ep_msg_t m;
-  ep_msg_set(&m, kind, ": ", message);
-  memcpy(ep_last_kernel_error, m.text, sizeof m.text);
-}
+void TVMFFIErrorSetRaisedFromCStr(const char* kind, const char* message) { rt_error(kind, ": ", message, -1); }
 
 /* LLVM-generated kernels reach the runtime through these weak data pointers, NULL unless defined. */
 void* (*__TVMBackendAllocWorkspace)(int, int, uint64_t, int, int) = TVMBackendAllocWorkspace;
@@ -194,7 +238,3 @@ int (*__TVMBackendFreeWorkspace)(int, int, void*) = TVMBackendFreeWorkspace;
 int (*__TVMBackendParallelLaunch)(FTVMParallelLambda, void*, int) = TVMBackendParallelLaunch;
 int (*__TVMBackendParallelBarrier)(int, TVMParallelGroupEnv*) = TVMBackendParallelBarrier;
 void (*__TVMFFIErrorSetRaisedFromCStr)(const char*, const char*) = TVMFFIErrorSetRaisedFromCStr;
-
-ep_status_t ep_pool_start(int num_threads) { return ep_platform_pool_start(num_threads) == 0 ? EP_OK : EP_ERR_THREAD; }
-int ep_pool_threads(void) { return ep_platform_pool_threads(); }
-void ep_pool_stop(void) { ep_platform_pool_stop(); }

@@ -1,12 +1,10 @@
-/* edgepack C runtime core: status codes, tensor references, kernel calls, workspace and thread pool.
- * Generated packages include this through their one public header, <model>.h. C11, no malloc. */
+/* edgepack C runtime: the types of a package's API. Generated packages include this through their one
+ * public header, <model>.h. C11, no malloc. What generated code and the runtime share is in ep_internal.h. */
 #ifndef EP_RUNTIME_H_
 #define EP_RUNTIME_H_
 
 #include <stddef.h>
 #include <stdint.h>
-
-#include "ep_tvm_abi.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -38,6 +36,49 @@ typedef struct {
   char text[EP_MSG_BYTES];
 } ep_msg_t;
 
+/* DLPack's tensor under edgepack's names, so that a user's dlpack.h can sit beside this header. The layout
+ * is DLPack's (checked by tests/test_runtime_c.py): an ep_dl_tensor_t* converts to a DLTensor*. */
+typedef struct {
+  int32_t device_type; /* kDLCPU = 1 */
+  int32_t device_id;
+} ep_dl_device_t;
+
+typedef struct {
+  uint8_t code; /* kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBool = 6 */
+  uint8_t bits;
+  uint16_t lanes;
+} ep_dl_dtype_t;
+
+typedef struct {
+  void* data;
+  ep_dl_device_t device;
+  int32_t ndim;
+  ep_dl_dtype_t dtype;
+  int64_t* shape;
+  int64_t* strides; /* NULL: compact row-major */
+  uint64_t byte_offset;
+} ep_dl_tensor_t;
+
+#define EP_MAX_THREADS 16 /* per context, the calling thread included */
+#define EP_POOL_BYTES 512 /* the platform's thread pool state (ep_platform_posix.c checks it fits) */
+
+/* Private: a context's runtime state, inside every package context (the caller's memory, no malloc): its
+ * thread pool, its kernel workspace, and the first error a kernel or the runtime raised in a run. */
+typedef struct ep_rt {
+  union {
+    unsigned char bytes[EP_POOL_BYTES];
+    void* align_p;
+    uint64_t align_u;
+    double align_d;
+  } pool;
+  uint8_t* ws_base;
+  size_t ws_per_thread;
+  size_t ws_top[EP_MAX_THREADS];
+  int threads;
+  const struct ep_rt* self; /* == this while its pool runs: how init knows to stop it before reuse */
+  ep_msg_t error;
+} ep_rt_t;
+
 /* Static description of a package, for generic programs (run, bench, firmware). */
 typedef struct {
   const char* name;
@@ -49,8 +90,10 @@ typedef struct {
   const char* dtype; /* numpy name: "float32", "int64", ... */
   int itemsize;
   int rank;
-  const int64_t* shape; /* >= 0: static extent; < 0: -(1 + index of a dim) */
+  const int64_t* shape; /* >= 0: static extent; EP_EXTENT_EXPR: see output_shape(); else -(1 + index of a dim) */
 } ep_io_desc_t;
+
+#define EP_EXTENT_EXPR INT64_MIN /* an output extent that is an expression of dims (batch*seq) */
 
 /* What a generic program (run, bench, firmware) needs to drive any package. */
 typedef struct {
@@ -62,11 +105,12 @@ typedef struct {
   size_t arena_bytes, ctx_bytes, io_bytes; /* io_bytes: all inputs and outputs at the upper bounds */
   ep_status_t (*init)(void* ctx, void* arena, size_t arena_bytes, const ep_options_t* opts);
   ep_status_t (*run)(void* ctx, const ep_buffer_t* inputs, const ep_buffer_t* outputs, const int64_t* dims);
-  void (*output_shape)(const int64_t* dims, int index, int64_t* shape);
+  ep_status_t (*output_shape)(const int64_t* dims, int index, int64_t* shape);
   const char* (*message)(const void* ctx);
   int num_calls; /* kernel calls per run, for per-call profiles */
   const char* const* call_names;
   const uint64_t* (*call_ns)(const void* ctx); /* summed ns per call; all zero unless built with EP_PROFILE */
+  void (*deinit)(void* ctx);
 } ep_package_t;
 
 const char* ep_status_str(ep_status_t s);
@@ -75,56 +119,6 @@ const char* ep_status_str(ep_status_t s);
  * inputs disagree on a dim, or a dim is outside its range. */
 ep_status_t ep_dims_from_shapes(const ep_package_t* pkg, const int64_t* const* shapes, const int* ranks,
                                 int64_t* dims, ep_msg_t* msg);
-
-/* --- for generated code ------------------------------------------------------------------------- */
-
-void ep_msg_set(ep_msg_t* m, const char* a, const char* b, const char* c);
-void ep_msg_append_i64(ep_msg_t* m, int64_t v);
-void ep_msg_append(ep_msg_t* m, const char* s);
-
-/* Kernel arguments in TVM-FFI form, and a call of a packed kernel with them. */
-static inline TVMFFIAny ep_arg_tensor(DLTensor* t) {
-  TVMFFIAny a;
-  a.type_index = kTVMFFIDLTensorPtr;
-  a.zero_padding = 0;
-  a.v_ptr = t;
-  return a;
-}
-
-static inline TVMFFIAny ep_arg_int(int64_t v) {
-  TVMFFIAny a;
-  a.type_index = kTVMFFIInt;
-  a.zero_padding = 0;
-  a.v_int64 = v;
-  return a;
-}
-
-ep_status_t ep_call(ep_packed_fn_t fn, const TVMFFIAny* args, int nargs);
-
-/* A view of rows [begin, end) of `t` along `axis` (all axes before it have extent 1). */
-void ep_row_view(DLTensor* view, int64_t* shape, const DLTensor* t, int axis, int64_t begin, int64_t end,
-                 int64_t row_bytes);
-
-void ep_tensor_init(DLTensor* t, void* data, int64_t* shape, int ndim, uint8_t code, uint8_t bits);
-
-/* Kernel workspace: one LIFO region per thread, carved from the package arena. */
-void ep_workspace_bind(uint8_t* base, size_t per_thread, int threads);
-
-/* Thread pool (POSIX: pthreads; single-threaded platforms run every task inline). */
-ep_status_t ep_pool_start(int num_threads);
-int ep_pool_threads(void);
-void ep_pool_stop(void);
-
-/* A caller's buffer is usable for a tensor of `need` bytes: non-NULL, long enough, EP_ALIGN-aligned. */
-static inline int ep_buffer_ok(const ep_buffer_t* b, size_t need) {
-  return b->data != NULL && b->bytes >= need && ((uintptr_t)b->data % EP_ALIGN) == 0;
-}
-
-static inline int64_t ep_max_i64(int64_t a, int64_t b) { return a > b ? a : b; }
-static inline int64_t ep_min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
-
-/* Platform layer (ep_platform_<os>.c). */
-uint64_t ep_platform_time_ns(void);
 
 #ifdef __cplusplus
 }

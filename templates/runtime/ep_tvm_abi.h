@@ -1,32 +1,19 @@
 /* The slice of the DLPack and TVM-FFI C ABIs that TVM-generated kernels use (FACTS.md).
  * Kernels are `int32_t __tvm_ffi_<name>(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* ret)`;
  * each tensor argument is a DLTensor* tagged kTVMFFIDLTensorPtr, each scalar an int64 tagged kTVMFFIInt.
- * Layouts match dlpack.h and tvm/ffi/c_api.h (checked by tests/test_runtime_abi.py). */
+ * Layouts match dlpack.h and tvm/ffi/c_api.h (checked by tests/test_runtime_c.py). */
 #ifndef EP_TVM_ABI_H_
 #define EP_TVM_ABI_H_
 
 #include <stdint.h>
 
-typedef struct {
-  int32_t device_type; /* kDLCPU = 1 */
-  int32_t device_id;
-} DLDevice;
+#include "ep_runtime.h"
 
-typedef struct {
-  uint8_t code; /* kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBool = 6 */
-  uint8_t bits;
-  uint16_t lanes;
-} DLDataType;
-
-typedef struct {
-  void* data;
-  DLDevice device;
-  int32_t ndim;
-  DLDataType dtype;
-  int64_t* shape;
-  int64_t* strides; /* NULL: compact row-major */
-  uint64_t byte_offset;
-} DLTensor;
+/* DLPack's names for ep_runtime.h's tensor types: kernels and generated code use them. Internal: a package's
+ * public header does not include this file, so a user's dlpack.h does not collide with it. */
+typedef ep_dl_device_t DLDevice;
+typedef ep_dl_dtype_t DLDataType;
+typedef ep_dl_tensor_t DLTensor;
 
 typedef struct {
   int32_t type_index;

@@ -17,6 +17,41 @@ static int expect(const char* what, ep_status_t got, ep_status_t want) {
   return got == want ? 0 : 1;
 }
 
+/* A kernel that runs out of workspace fails the run with the runtime's reason in the context's message (the
+ * workspace is shrunk behind the API's back: a package sizes it for its dims' upper bounds). */
+static int workspace_exhausted(const ep_buffer_t* in, const ep_buffer_t* out, const int64_t* dims) {
+  size_t keep = ctx.rt.ws_per_thread;
+  ctx.rt.ws_per_thread = 0;
+  int bad = expect("run: workspace exhausted", EP_PACKAGE.run(&ctx, in, out, dims), EP_ERR_KERNEL);
+  printf("  message: %s\n", EP_PACKAGE.message(&ctx));
+  ctx.rt.ws_per_thread = keep;
+  return bad | expect("run with its workspace back", EP_PACKAGE.run(&ctx, in, out, dims), EP_OK);
+}
+
+/* output_shape: bad arguments are refused, and the shape at good dims agrees with the I/O descriptor. */
+static int output_shapes(int64_t* dims) {
+  const ep_package_t* p = &EP_PACKAGE;
+  int64_t shape[EP_PACKAGE_MAX_IO_RANK];
+  int bad = expect("output_shape: NULL dims", p->output_shape(NULL, 0, shape), p->num_dims ? EP_ERR_ARG : EP_OK);
+  bad |= expect("output_shape: NULL shape", p->output_shape(dims, 0, NULL), EP_ERR_ARG);
+  bad |= expect("output_shape: index -1", p->output_shape(dims, -1, shape), EP_ERR_ARG);
+  bad |= expect("output_shape: index past the end", p->output_shape(dims, p->num_outputs, shape), EP_ERR_ARG);
+  if (p->num_dims > 0) {
+    dims[0] = p->dims[0].hi + 1;
+    bad |= expect("output_shape: dim above its range", p->output_shape(dims, 0, shape), EP_ERR_SHAPE);
+    dims[0] = p->dims[0].lo;
+  }
+  for (int k = 0; k < p->num_outputs; ++k) {
+    bad |= expect("output_shape", p->output_shape(dims, k, shape), EP_OK);
+    for (int a = 0; a < p->outputs[k].rank; ++a) {
+      int64_t want = p->outputs[k].shape[a];
+      if (want == EP_EXTENT_EXPR) continue;
+      if (shape[a] != (want >= 0 ? want : dims[-want - 1])) bad |= expect("output_shape: extent", EP_ERR_SHAPE, EP_OK);
+    }
+  }
+  return bad;
+}
+
 int main(void) {
   const ep_package_t* p = &EP_PACKAGE;
   int bad = 0;
@@ -57,6 +92,13 @@ int main(void) {
   bad |= expect("run: short output buffer", p->run(&ctx, in, out, dims), EP_ERR_ARG);
   out[0].bytes = keep;
   bad |= expect("run again after errors", p->run(&ctx, in, out, dims), EP_OK);
-  ep_pool_stop();
+  bad |= workspace_exhausted(in, out, dims);
+  bad |= output_shapes(dims);
+  bad |= expect("init again, without deinit", p->init(&ctx, arena, sizeof arena, NULL), EP_OK);
+  p->deinit(&ctx);
+  bad |= expect("run after deinit", p->run(&ctx, in, out, dims), EP_ERR_ARG);
+  bad |= expect("init after deinit", p->init(&ctx, arena, sizeof arena, NULL), EP_OK);
+  bad |= expect("run after init again", p->run(&ctx, in, out, dims), EP_OK);
+  p->deinit(&ctx);
   return bad;
 }
