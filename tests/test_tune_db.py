@@ -343,3 +343,31 @@ def test_version_2_database_upgraded_and_its_records_kept(tmp_path):
         assert "made before edgepack recorded the kernel settings" in db.stale_note([tuple(DENSE.values())], NOW)
         assert db.integrity_check() == []
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+
+
+def test_build_with_a_stale_database_says_so_and_builds_untuned(tmp_path):
+    """`build --db` on a database whose only measurements were made with other kernels (here: TVM 0.26): one
+    line on stderr, the package is built untuned, the records stay."""
+    from conftest import run_cli
+
+    from edgepack.examples import EXAMPLES
+    from edgepack.pipeline import lower_model, prepare
+    from edgepack.tune.tasks import extract_tasks
+
+    mlp = EXAMPLES["mlp"]
+    model, dims = prepare(mlp.path, dict(mlp.dims))
+    tasks = extract_tasks(lower_model("mlp", model, dims), dims)
+    with TuningDB(tmp_path / "old.db") as db:
+        for t in tasks:
+            wl = db.workload(t.kind, t.static_dims, t.dtype, "host", {"m": [t.op.lo, t.op.hi]},
+                             variant={**NOW, "tvm": "0.26.0"})
+            db.add_batch(wl, [row(8, 16)])
+            db.save_selection(wl, {"m": [t.op.lo, t.op.hi]}, {"mains": [], "edge": {}})
+    r = run_cli("build", str(mlp.path), "--dim", "batch=1:64", "--db", str(tmp_path / "old.db"),
+                "-o", str(tmp_path / "pkg"))
+    assert r.returncode == 0, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "measured with other kernels (tvm 0.26.0 -> " in r.stderr
+    manifest = json.loads((tmp_path / "pkg" / "manifest.json").read_text())
+    assert manifest["tuned"] is False and sorted(manifest["tuning"]["untuned"]) == sorted(t.kernel for t in tasks)
+    with TuningDB(tmp_path / "old.db") as db:
+        assert sum(len(db.measured(w)) for w in db.workloads()) == len(tasks)
