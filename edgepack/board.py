@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import BoardError
+from .resources import BOARDS_DIR
 
-BOARDS_DIR = Path(__file__).resolve().parent.parent / "boards"
 
 
 @dataclass(frozen=True)

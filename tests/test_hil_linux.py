@@ -298,7 +298,7 @@ def test_dropped_connection_mid_upload(hil, mlp_versions, tmp_path):
 def test_full_disk(hil, encoder, tmp_path):
     """The upload does not fit: refused, nothing half-installed, the installed version intact and working."""
     if not hil.standin:
-        pytest.skip("fills the device's disk: only on the stand-in (its disk is a small tmpfs), not on a real board")
+        pytest.skip("fills the device's disk: only on the stand-in (its disk is a tmpfs), not on a real board")
     from edgepack.pipeline import build_package
 
     ex = EXAMPLES["mlp"]

@@ -23,8 +23,9 @@ from string import Template
 from ..board import Board
 from ..errors import BuildError, OutputPathError, RunError
 from ..paths import check_creatable
+from ..resources import TEMPLATES_DIR
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+TEMPLATES = TEMPLATES_DIR  # the C runtime, programs and Makefile.in
 MANIFEST_VERSION = 1
 
 

@@ -5,8 +5,9 @@ How it is isolated (nothing global is touched, everything lives in the state dir
   - Inside it, a *private* binfmt_misc instance (kernel >= 6.7) registers qemu-aarch64 for aarch64 ELF files,
     so `./run` on the "device" executes transparently, exactly as on a Pi: flash, run and bench go through the
     same code paths as for a real board. The machine's global binfmt registrations are untouched.
-  - /run is a private tmpfs (sshd needs /run/sshd) and the device's disk is a small tmpfs mounted on
-    state/device (`[standin] disk_mb`), so a full disk is cheap to make. Both vanish with the namespace.
+  - /run is a private tmpfs (sshd needs /run/sshd) and the device's disk is a tmpfs mounted on state/device
+    (`[standin] disk_mb`, 1 GB by default: real models fit, and only what is written uses memory), so a full
+    disk is easy to make. Both vanish with the namespace.
   - Own host key, client key, authorized_keys and known_hosts in the state directory.
 Stopping kills every process in the stand-in's user namespace (sshd and anything its sessions started), by pid.
 """
@@ -122,7 +123,7 @@ def _sshd_config(lay: Layout, port: int) -> str:
 
 def _spawn(board: Board, lay: Layout, qemu: str) -> subprocess.Popen:
     sc = board.section("standin")
-    cfg = {"disk_mb": int(sc.get("disk_mb", 64)), "device": str(lay.device), "binfmt": str(lay.binfmt),
+    cfg = {"disk_mb": int(sc.get("disk_mb", 1024)), "device": str(lay.device), "binfmt": str(lay.binfmt),
            "register": binfmt_rule(int(sc.get("elf_machine", 183)), qemu).hex(), "sshd": SSHD,
            "config": str(lay.config)}
     log = open(lay.log, "wb")
