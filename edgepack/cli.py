@@ -64,7 +64,6 @@ def _cmd_run(a: argparse.Namespace) -> int:
     from .deploy.device import open_device
     from .deploy.io import load_inputs
     from .deploy.local import run_local
-
     from .paths import output_dir
 
     bundle = Bundle.open(a.bundle)

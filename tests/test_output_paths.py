@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -75,10 +76,18 @@ def test_output_inside_a_package_is_refused(package, sub):
 
 
 def test_existing_package_is_replaced(package):
+    """... and what killed builds left beside it (SIGKILL: no handler ran) is swept, but not a live build's."""
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(dead.stdout)
+    leftovers = [package.parent / f".mlp.partial-{pid}-x1", package.parent / f".mlp.old-{pid}"]
+    live = package.parent / f".mlp.partial-{os.getpid()}-x2"
+    for d in (*leftovers, live):
+        d.mkdir()
     r = build(package)
     assert r.returncode == 0, r.stderr
     assert verify(Bundle.open(package)) == []
-    assert [p.name for p in package.parent.iterdir()] == ["mlp"]  # no .mlp.old-* or .mlp.partial-* left
+    assert sorted(p.name for p in package.parent.iterdir()) == [live.name, "mlp"]
+    live.rmdir()
 
 
 def test_unusable_paths_fail_before_any_work(tmp_path):

@@ -88,8 +88,8 @@ def _cmd(a: argparse.Namespace) -> int:
     from ..codegen.bundle import Bundle
     from ..deploy.device import connection_for, open_device
     from ..report import grid, runner
-    from ..report.machine import device_facts
     from ..paths import output_file
+    from ..report.machine import device_facts
     from ..report.schema import Run, save_run
 
     output_file(a.output, "-o", "run.json")  # before measuring, not after
@@ -131,14 +131,16 @@ def register(sub) -> None:
     p.add_argument("--sizes", action="append", metavar="NAME=V1,V2,...",
                    help="values of one dim (repeat per dim; grid = product; unnamed dims take their minimum; "
                         "default: a few sizes across each range)")
-    p.add_argument("--warmup", type=argtypes.non_negative, help="untimed runs per size (default: the board's [timing] warmup)")
+    p.add_argument("--warmup", type=argtypes.non_negative,
+                   help="untimed runs per size (default: the board's [timing] warmup)")
     p.add_argument("--repeat", type=argtypes.count, help="timed runs per size (default: the board's [timing] repeat)")
     p.add_argument("--min-time", type=argtypes.non_negative, metavar="MS",
                    help="keep timing until this many ms per size (default: the board's [timing] min_repeat_ms)")
     p.add_argument("--threads", type=argtypes.threads, help="worker threads (default: the board's cores)")
     p.add_argument("--profile", action="store_true",
                    help="also time every kernel call (builds the package's bench_profile program on first use)")
-    p.add_argument("--rounds", type=argtypes.count, help="alternating rounds per size (default: 3 with --baseline, else 1)")
+    p.add_argument("--rounds", type=argtypes.count,
+                   help="alternating rounds per size (default: 3 with --baseline, else 1)")
     p.add_argument("--baseline", choices=["onnxruntime"], help="also time onnxruntime (CPU, 1 thread and the "
                    "board's cores) on the same model and sizes, interleaved (local boards)")
     p.add_argument("--model", help="the .onnx the package was built from (for --baseline; bundled examples are found)")

@@ -50,10 +50,9 @@ def _check(runs, factor: float) -> int:
 
 
 def _cmd(a: argparse.Namespace) -> int:
+    from ..paths import output_file
     from ..report.markdown import markdown
     from ..report.schema import load_run
-
-    from ..paths import output_file
 
     for path, flag, example in ((a.output, "-o", "index.html"), (a.markdown, "--markdown", "summary.md")):
         if path:

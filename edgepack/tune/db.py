@@ -315,7 +315,8 @@ class TuningDB:
                 "ON m.candidate_id = c.id WHERE c.workload_id = w.id) ORDER BY w.id", args)]
         return [self._workload_by_key(k) for k in keys]
 
-    def stale_note(self, ops: Iterable[tuple[str, Mapping[str, int], str, str]], variant: Mapping[str, Any]) -> str | None:
+    def stale_note(self, ops: Iterable[tuple[str, Mapping[str, int], str, str]],
+                   variant: Mapping[str, Any]) -> str | None:
         """One line on the measurements of these (op, static dims, dtype, board) that were made with other
         kernels than `variant` builds, so are not used; None when there are none."""
         stale = [w for op in ops for w in self.other_variants(*op, variant)]
