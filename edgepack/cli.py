@@ -4,26 +4,29 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from pathlib import Path
 
+from . import argtypes
 from .errors import EdgepackError
 
 log = logging.getLogger("edgepack")
 
 
 def _cmd_build(a: argparse.Namespace) -> int:
+    from .codegen.bundle import package_output
     from .examples import DEFAULT_EXAMPLE, EXAMPLES
+
+    example = EXAMPLES[DEFAULT_EXAMPLE] if a.model is None else None
+    model = example.path if example else Path(a.model)
+    package_output(model, a.output, a.name)  # at once, before the seconds it takes to load onnx and TVM
     from .model.onnx_load import parse_dim_args
     from .pipeline import build_package
 
-    example = None
-    if a.model is None:
-        example = EXAMPLES[DEFAULT_EXAMPLE]
-        model, ranges = example.path, dict(example.dims)
+    ranges = dict(example.dims) if example else {}
+    if example:
         print(f"no model given: building the bundled example '{example.name}' ({model.name}) for board '{a.board}'")
-    else:
-        model, ranges = Path(a.model), {}
     ranges.update(parse_dim_args(a.dim))
     r = build_package(model, a.board, ranges, a.output, name=a.name, db=a.db)
     m = r.bundle.manifest
@@ -61,8 +64,10 @@ def _cmd_run(a: argparse.Namespace) -> int:
     from .deploy.device import open_device
     from .deploy.io import load_inputs
     from .deploy.local import run_local
+    from .paths import output_dir
 
     bundle = Bundle.open(a.bundle)
+    output_dir(a.output, "-o")
     arrays = load_inputs(a.input or [])
     board = board_for(a, bundle.manifest)
     if board.transport.get("kind", "local") == "local":
@@ -113,8 +118,30 @@ def _cmd_boards(a: argparse.Namespace) -> int:
     return 0
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with its errors as edgepack's: one line (not the usage block), exit code 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"edgepack: error: {message}; see `{self.prog} --help`\n")
+
+
+def _versions() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from . import __version__
+
+    def of(dist: str) -> str:
+        try:
+            return version(dist)
+        except PackageNotFoundError:
+            return "not installed"
+
+    return f"edgepack {__version__} (apache-tvm {of('apache-tvm')}, onnx {of('onnx')}, Python {sys.version.split()[0]})"
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="edgepack", description="Ahead-of-time deployment packager for edge devices.")
+    p = Parser(prog="edgepack", description="Ahead-of-time deployment packager for edge devices.")
+    p.add_argument("--version", action="version", version=_versions())
     p.add_argument("-v", "--verbose", action="store_true", help="log each stage")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -131,7 +158,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("bundle", help="the package directory")
     r.add_argument("--input", action="append", metavar="X.npy", help="one per model input, in model order")
     r.add_argument("-o", "--output", default="out", help="folder for <k>_<name>.npy outputs (default: out)")
-    r.add_argument("--threads", type=int, help="worker threads (default: the board's cores)")
+    r.add_argument("--threads", type=argtypes.threads, help="worker threads (default: the board's cores)")
     from .commands.flash import add_connection_args
 
     add_connection_args(r, serial=True)  # --board/--host/--serial...: run on a remote board (default: the package's)
@@ -150,19 +177,43 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+_stopped_by: int | None = None  # the signal (SIGINT, SIGTERM) that stopped the command
+
+
+def _on_signal(signum, frame):
+    """Ctrl-C and SIGTERM alike raise KeyboardInterrupt, so that the same cleanup runs (a build's
+    .NAME.partial-* folder is removed). TVM sometimes turns it into an error of its own: the flag tells."""
+    global _stopped_by
+    _stopped_by = signum
+    raise KeyboardInterrupt
+
+
+def _stopped() -> int:
+    word = "terminated" if _stopped_by == signal.SIGTERM else "interrupted"
+    print(f"edgepack: {word}", file=sys.stderr)
+    return 128 + (_stopped_by or signal.SIGINT)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
-    try:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _on_signal)
+    try:  # from the start: a Ctrl-C while the commands' modules load is an interrupt too, not a traceback
+        args = parser().parse_args(argv)
+        logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
         return args.fn(args)
+    except KeyboardInterrupt:
+        return _stopped()
     except EdgepackError as e:
+        if _stopped_by is not None:  # the error is the signal, as TVM reported it
+            return _stopped()
         print(f"edgepack: error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # output piped into `head` and the like
         return 0
-    except KeyboardInterrupt:
-        print("edgepack: interrupted", file=sys.stderr)
-        return 130
+    except Exception:
+        if _stopped_by is not None:
+            return _stopped()
+        raise
 
 
 if __name__ == "__main__":

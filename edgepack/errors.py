@@ -27,3 +27,7 @@ class BuildError(EdgepackError):
 
 class RunError(EdgepackError):
     """Running a built package failed or was given bad inputs."""
+
+
+class OutputPathError(EdgepackError):
+    """An output path edgepack cannot write, or must not overwrite (a file or folder that is the user's)."""

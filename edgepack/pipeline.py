@@ -15,11 +15,12 @@ import onnx
 
 from . import __version__
 from .board import Board, load_board
-from .codegen.bundle import (Bundle, commit, copy_runtime, make, sha256, stage_dir, write_makefile,
-                             write_manifest)
+from .codegen.bundle import (Bundle, commit, copy_runtime, make, package_output, sha256, stage_dir,
+                             write_makefile, write_manifest)
+from .errors import BuildError
 from .model import onnx_load
 from .mcu.config import is_mcu, mcu_config
-from .model.names import package_name, rename_model
+from .model.names import rename_model
 from .model.plan import DimRange
 
 # TVM-dependent stages are imported inside the functions that use them: importing TVM takes seconds, and
@@ -83,6 +84,7 @@ def build_package(model_path: str | Path, board: Board | str = "host", dim_range
     """Compile a model into a package. `db`: a tuning database whose kernel choices and dispatchers to use."""
     t0 = time.perf_counter()
     model_path = Path(model_path)
+    name, out, target = package_output(model_path, out, name)  # before any work: the user's files are refused
     model, dims = prepare(model_path, dim_ranges or {})
     board = load_board(board) if isinstance(board, str) else board
     mcu = mcu_config(board) if is_mcu(board) else None  # bad MCU settings fail before the heavy work
@@ -90,8 +92,6 @@ def build_package(model_path: str | Path, board: Board | str = "host", dim_range
     from .codegen.kernels import compile_kernels
     from .schedule.variants import make_variants
 
-    name = name or package_name(model_path.stem)
-    out = Path(out) if out else Path("build") / name
     lowered = lower_model(name, model, dims)
     plan = lowered.plan
     schedules = schedules or schedules_for(board)
@@ -103,12 +103,14 @@ def build_package(model_path: str | Path, board: Board | str = "host", dim_range
         schedules = applied.schedules
         tuning = {"db": str(Path(db).resolve()), "db_sha256": sha256(Path(db)), "kernels": applied.tuned,
                   "untuned": applied.untuned}
+    if not mcu:  # a microcontroller's memory is checked against its board's by the firmware build
+        _check_static_memory(plan, dims)
     impls = {k: make_variants(k, f, schedules) for k, f in lowered.kernels.items()}
     for k in _shared_packed_weights(plan, impls):  # a weight another call reads unpacked stays unpacked
         impls[k] = make_variants(k, lowered.kernels[k], replace(schedules, pack=False))
     _pack_weights(plan, impls)
 
-    stage = stage_dir(out)
+    stage = stage_dir(target)
     try:
         kfile = "kernels.c" if board.target.kind == "c" else "kernels.o"
         kobj = compile_kernels(impls, board.tvm_target(), stage / "kernels" / kfile, dims)
@@ -163,7 +165,7 @@ def build_package(model_path: str | Path, board: Board | str = "host", dim_range
             manifest["firmware"] = firmware_manifest(fw_id, mcu)
         manifest["test_cases"] = _test_cases(stage, manifest, model_path, mcu is not None)
         manifest = write_manifest(stage, manifest)
-        commit(stage, out)
+        commit(stage, target)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
@@ -183,6 +185,20 @@ def _test_cases(stage: Path, manifest: dict, model_path: Path, small: bool) -> i
         log.warning("no test cases in the package: onnxruntime could not run the model (%s: %s)", type(e).__name__,
                     (str(e).strip().splitlines() or [""])[0][:200])
         return 0
+
+
+STATIC_BYTES_LIMIT = 2 << 30  # what the default (small) code model lets a program's static arrays reach
+
+
+def _check_static_memory(plan, dims: list[DimRange]) -> None:
+    """The device program `ep` holds the arena, the I/O buffers and the weights in static arrays: refuse a plan
+    they cannot hold (the linker would fail with a bare "collect2: ld returned 1")."""
+    need = plan.arena_bytes + plan.io_bytes() + sum(v.nbytes for v in plan.param_values)
+    if need >= STATIC_BYTES_LIMIT:
+        at = ", ".join(f"{d.name}={d.hi}" for d in dims)
+        raise BuildError(f"the memory plan needs {need:,} B ({need / 2**30:.1f} GiB: tensors, inputs/outputs and "
+                         f"weights at {at}), more than the {STATIC_BYTES_LIMIT >> 30} GiB a package can hold; "
+                         "lower the dims' MAX with --dim NAME=MIN:MAX")
 
 
 def _packed_args(plan, impls):

@@ -154,3 +154,124 @@ def test_inputs_that_disagree_on_a_dim(build_cache, tmp_path):
                               "-o", str(tmp_path / "out")), "dim seq is 5 in one input and 6")
     r = subprocess.run([str(bundle.path / "ep"), "run", str(tmp_path), *ins], capture_output=True, text=True)
     assert r.returncode == 3 and "dim seq is 5 in one input and 6 in input 'attention_mask'" in r.stderr, r.stderr
+
+
+MLP = EXAMPLES["mlp"].path
+
+
+def test_package_name_must_be_a_c_identifier(tmp_path):
+    """--name names files and C symbols: '../../x' once wrote x.h and x.c outside the package."""
+    r = run_cli("build", str(MLP), "--dim", "batch=1:4", "--name", "../../x", "-o", str(tmp_path / "a" / "b"),
+                cwd=tmp_path)
+    assert_user_error(r, "not a C identifier", "--name x")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_run_output_is_a_file(encoder_bundle, tmp_path):
+    np.save(tmp_path / "x.npy", np.zeros((1, 5, 64), np.float32))
+    (tmp_path / "out").write_text("mine\n")
+    assert_user_error(run_cli("run", str(encoder_bundle.path), "--input", str(tmp_path / "x.npy"),
+                              "-o", str(tmp_path / "out")), "is a file")
+    assert (tmp_path / "out").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("manifest", ["{}", "not json", "[1, 2]", '{"edgepack_version": "0.1", "model": {}}'])
+def test_run_damaged_manifest(tmp_path, manifest):
+    (tmp_path / "manifest.json").write_text(manifest)
+    assert_user_error(run_cli("run", str(tmp_path), "--input", "x.npy"), "damaged manifest.json", "rebuild")
+
+
+def test_bench_output_is_a_folder(encoder_bundle, tmp_path):
+    (tmp_path / "runs").mkdir()
+    assert_user_error(run_cli("bench", str(encoder_bundle.path), "--sizes", "seq=1", "-o", str(tmp_path / "runs")),
+                      "is a folder", "runs/run.json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]  # no .runs.tmp beside it
+    assert list((tmp_path / "runs").iterdir()) == []
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["build", str(MLP), "--dim", "batch=1:4", "--dim", "batch=1:8"], "--dim batch is given twice"),
+    (["bench", "pkg", "--repeat", "0"], "argument --repeat"),
+    (["bench", "pkg", "--rounds", "0"], "argument --rounds"),
+    (["bench", "pkg", "--threads", "0"], "from 1 to 1024"),
+    (["run", "pkg", "--threads", "1025"], "from 1 to 1024"),
+    (["run", "pkg", "--threads", "two"], "from 1 to 1024"),
+    (["build", "--no-such-flag"], "unrecognized arguments"),
+])
+def test_bad_arguments(tmp_path, args, needle):
+    assert_user_error(run_cli(*args, cwd=tmp_path), needle)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("sizes", ["seq=1,,8", "seq=1,", "seq=,8"])
+def test_bench_sizes_with_empty_entries(encoder_bundle, tmp_path, sizes):
+    assert_user_error(run_cli("bench", str(encoder_bundle.path), "--sizes", sizes, "-o", str(tmp_path / "r.json")),
+                      "--sizes")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_version():
+    r = run_cli("--version")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("edgepack ") and "apache-tvm" in r.stdout and "onnx" in r.stdout
+
+
+def _relu_model(path, opset: int = 18, **graph) -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])
+    nodes = graph.pop("nodes", [helper.make_node("Relu", ["x"], ["y"])])
+    onnx.save(helper.make_model(helper.make_graph(nodes, "g", [x], [y]),
+                                opset_imports=[helper.make_opsetid("", opset)]), path)
+
+
+def test_graph_without_nodes(tmp_path):
+    _relu_model(tmp_path / "e.onnx", nodes=[])
+    assert_user_error(run_cli("build", str(tmp_path / "e.onnx"), "--dim", "n=1:4", "-o", str(tmp_path / "o")),
+                      "has no nodes")
+
+
+def test_opset_newer_than_onnx(tmp_path):
+    _relu_model(tmp_path / "new.onnx", opset=onnx.defs.onnx_opset_version() + 1)
+    assert_user_error(run_cli("build", str(tmp_path / "new.onnx"), "--dim", "n=1:4", "-o", str(tmp_path / "o")),
+                      f"opset {onnx.defs.onnx_opset_version() + 1}", "newer than the installed onnx")
+
+
+def test_missing_external_data_is_named(tmp_path):
+    from onnx import numpy_helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])
+    w = numpy_helper.from_array(np.ones((64, 4), np.float32), "W")
+    model = helper.make_model(helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"])], "g", [x], [y], [w]),
+                              opset_imports=[helper.make_opsetid("", 18)])
+    onnx.save(model, tmp_path / "m.onnx", save_as_external_data=True, location="m.weights", size_threshold=0)
+    (tmp_path / "m.weights").unlink()
+    assert_user_error(run_cli("build", str(tmp_path / "m.onnx"), "--dim", "n=1:4", "-o", str(tmp_path / "o")),
+                      "'m.weights'", "beside the model")
+
+
+def test_range_too_large_for_memory(tmp_path):
+    assert_user_error(run_cli("build", str(MLP), "--dim", "batch=1:100000000", "-o", str(tmp_path / "o")),
+                      "the memory plan needs 68,000,027,688 B", "--dim")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_initializer_listed_as_input(tmp_path):
+    """torch's keep_initializers_as_inputs lists every weight as a graph input too: they stay weights."""
+    from onnx import numpy_helper
+
+    rng = np.random.default_rng(0)
+    wv = rng.standard_normal((4, 3)).astype(np.float32)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])
+    w_in = helper.make_tensor_value_info("W", TensorProto.FLOAT, [4, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"])], "g", [x, w_in], [y],
+                              [numpy_helper.from_array(wv, "W")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), tmp_path / "k.onnx")
+    r = run_cli("build", str(tmp_path / "k.onnx"), "--dim", "n=1:4", "-o", str(tmp_path / "k"))
+    assert r.returncode == 0, r.stderr
+    xv = rng.standard_normal((3, 4)).astype(np.float32)
+    np.save(tmp_path / "x.npy", xv)
+    r = run_cli("run", str(tmp_path / "k"), "--input", str(tmp_path / "x.npy"), "-o", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    assert np.allclose(np.load(tmp_path / "out" / "0_y.npy"), xv @ wv, atol=1e-5)

@@ -295,3 +295,79 @@ def test_resume_measures_nothing_twice(tmp_path):
         tune(d, 100)
         assert len(d.measured(d.workload(**DENSE))) == 12
     assert len(measured) == 12 and len({json.dumps(x, sort_keys=True) for x in measured}) == 12
+
+
+NOW = {"pack": True, "vectorize": True, "parallel": True, "schedule": 2, "tvm": "0.27.0"}
+
+
+def test_measurements_of_other_kernels_are_never_served(db):
+    """Packing, vectorize, parallel, the schedule code's version and TVM's are part of the workload: a database
+    filled before weight packing (or with another TVM) is not reused, and its records stay for their settings."""
+    old = {**NOW, "pack": False, "tvm": "0.26.0"}
+    before = db.workload(**DENSE, dynamic_dims={"M": (1, 64)}, variant=old)
+    db.add_batch(before, [row(8, 16)])
+    for change in ({"pack": False}, {"vectorize": False}, {"parallel": False}, {"schedule": 1}, {"tvm": "0.26.0"}):
+        assert db.find_workload(**DENSE, variant={**NOW, **change}) is None, change
+    now = db.workload(**DENSE, variant=NOW)
+    assert now.id != before.id and db.measured(now) == [] and not db.has(now, {"tile_m": 8, "tile_n": 16}, {"M": 16})
+    assert [r.median_s for r in db.measured(db.find_workload(**DENSE, variant=old))] == [1e-3]  # kept
+    assert [w.id for w in db.other_variants(**DENSE, variant=NOW)] == [before.id]
+    note = db.stale_note([tuple(DENSE.values())], NOW)
+    assert "\n" not in note and "pack False -> True" in note and "tvm 0.26.0 -> 0.27.0" in note
+    assert db.stale_note([tuple(DENSE.values())], old) is None  # the NOW workload has no measurement yet
+
+
+def test_version_2_database_upgraded_and_its_records_kept(tmp_path):
+    """A database of schema version 2 (no kernel settings recorded): opened in place, its measurements kept but
+    never served to a build with recorded settings, and said so in one line."""
+    from edgepack.tune import db as dbmod
+
+    path = tmp_path / "v2.db"
+    c = sqlite3.connect(path)
+    for stmt in (dbmod._SCHEMA + dbmod._SCHEMA_V2).split(";"):
+        if stmt.strip():
+            c.execute(stmt)
+    c.execute("PRAGMA user_version = 2")
+    c.execute("INSERT INTO workloads (key, op, static_dims, dynamic_dims, dtype, board, tvm_version, created) "
+              "VALUES (?, 'dense', ?, '{}', 'float32', 'rpi4', '0.26.0', 0)",
+              (workload_key(**DENSE), dbmod.canonical_json(DENSE["static_dims"])))
+    c.execute("INSERT INTO candidates (workload_id, config) VALUES (1, '{}')")
+    c.execute("INSERT INTO measurements (candidate_id, shape, median_s, samples, created) VALUES (1, '{\"M\":1}', "
+              "0.5, '[]', 0)")
+    c.commit()
+    c.close()
+    with TuningDB(path) as db:
+        legacy = db.find_workload(**DENSE)
+        assert legacy.variant == {} and [r.median_s for r in db.measured(legacy)] == [0.5]
+        assert db.find_workload(**DENSE, variant=NOW) is None
+        assert "made before edgepack recorded the kernel settings" in db.stale_note([tuple(DENSE.values())], NOW)
+        assert db.integrity_check() == []
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+
+
+def test_build_with_a_stale_database_says_so_and_builds_untuned(tmp_path):
+    """`build --db` on a database whose only measurements were made with other kernels (here: TVM 0.26): one
+    line on stderr, the package is built untuned, the records stay."""
+    from conftest import run_cli
+
+    from edgepack.examples import EXAMPLES
+    from edgepack.pipeline import lower_model, prepare
+    from edgepack.tune.tasks import extract_tasks
+
+    mlp = EXAMPLES["mlp"]
+    model, dims = prepare(mlp.path, dict(mlp.dims))
+    tasks = extract_tasks(lower_model("mlp", model, dims), dims)
+    with TuningDB(tmp_path / "old.db") as db:
+        for t in tasks:
+            wl = db.workload(t.kind, t.static_dims, t.dtype, "host", {"m": [t.op.lo, t.op.hi]},
+                             variant={**NOW, "tvm": "0.26.0"})
+            db.add_batch(wl, [row(8, 16)])
+            db.save_selection(wl, {"m": [t.op.lo, t.op.hi]}, {"mains": [], "edge": {}})
+    r = run_cli("build", str(mlp.path), "--dim", "batch=1:64", "--db", str(tmp_path / "old.db"),
+                "-o", str(tmp_path / "pkg"))
+    assert r.returncode == 0, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "measured with other kernels (tvm 0.26.0 -> " in r.stderr
+    manifest = json.loads((tmp_path / "pkg" / "manifest.json").read_text())
+    assert manifest["tuned"] is False and sorted(manifest["tuning"]["untuned"]) == sorted(t.kernel for t in tasks)
+    with TuningDB(tmp_path / "old.db") as db:
+        assert sum(len(db.measured(w)) for w in db.workloads()) == len(tasks)

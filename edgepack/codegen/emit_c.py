@@ -115,8 +115,7 @@ class _Emitter:
         return max([len(self.p.tensor(t).shape) for t in ios] + [1])
 
     def io_bytes(self) -> int:
-        return sum(align_up(self.p.max_bytes(self.p.tensor(t))) for t in self.p.inputs) + sum(
-            align_up(self.p.max_bytes(self.p.tensor(o.tensor))) for o in self.p.outputs)
+        return self.p.io_bytes()
 
     # -- source ------------------------------------------------------------------------------------------
     def source(self) -> str:

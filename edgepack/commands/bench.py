@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from .. import argtypes
 from ..errors import EdgepackError
 
 
@@ -87,9 +88,11 @@ def _cmd(a: argparse.Namespace) -> int:
     from ..codegen.bundle import Bundle
     from ..deploy.device import connection_for, open_device
     from ..report import grid, runner
+    from ..paths import output_file
     from ..report.machine import device_facts
     from ..report.schema import Run, save_run
 
+    output_file(a.output, "-o", "run.json")  # before measuring, not after
     bundle = Bundle.open(a.bundle)
     built_for = bundle.manifest["board"]["name"]
     if a.board and a.board != built_for:
@@ -128,14 +131,16 @@ def register(sub) -> None:
     p.add_argument("--sizes", action="append", metavar="NAME=V1,V2,...",
                    help="values of one dim (repeat per dim; grid = product; unnamed dims take their minimum; "
                         "default: a few sizes across each range)")
-    p.add_argument("--warmup", type=int, help="untimed runs per size (default: the board's [timing] warmup)")
-    p.add_argument("--repeat", type=int, help="timed runs per size (default: the board's [timing] repeat)")
-    p.add_argument("--min-time", type=int, metavar="MS",
+    p.add_argument("--warmup", type=argtypes.non_negative,
+                   help="untimed runs per size (default: the board's [timing] warmup)")
+    p.add_argument("--repeat", type=argtypes.count, help="timed runs per size (default: the board's [timing] repeat)")
+    p.add_argument("--min-time", type=argtypes.non_negative, metavar="MS",
                    help="keep timing until this many ms per size (default: the board's [timing] min_repeat_ms)")
-    p.add_argument("--threads", type=int, help="worker threads (default: the board's cores)")
+    p.add_argument("--threads", type=argtypes.threads, help="worker threads (default: the board's cores)")
     p.add_argument("--profile", action="store_true",
                    help="also time every kernel call (a run of its own: `ep bench --profile`)")
-    p.add_argument("--rounds", type=int, help="alternating rounds per size (default: 3 with --baseline, else 1)")
+    p.add_argument("--rounds", type=argtypes.count,
+                   help="alternating rounds per size (default: 3 with --baseline, else 1)")
     p.add_argument("--baseline", choices=["onnxruntime"], help="also time onnxruntime (CPU, 1 thread and the "
                    "board's cores) on the same model and sizes, interleaved (local boards)")
     p.add_argument("--model", help="the .onnx the package was built from (for --baseline; bundled examples are found)")
@@ -144,6 +149,6 @@ def register(sub) -> None:
     g.add_argument("--host", help="board address (default: a running stand-in's)")
     g.add_argument("--user", help="SSH user")
     g.add_argument("--key", help="SSH private key file")
-    g.add_argument("--port", type=int, help="SSH port")
+    g.add_argument("--port", type=argtypes.port, help="SSH port")
     g.add_argument("--serial", help="serial port or pyserial URL of a microcontroller board")
     p.set_defaults(fn=_cmd)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from .. import argtypes
 from ..errors import BoardError, RunError
 
 
@@ -17,7 +18,7 @@ def add_connection_args(p: argparse.ArgumentParser, board_required: bool = False
     p.add_argument("--host", help="the board's address (default: the board's running stand-in, if any)")
     p.add_argument("--user", help="SSH user (default: the board file's [ssh] user, else yours)")
     p.add_argument("--key", help="SSH private key file (default: ssh-agent and ~/.ssh keys)")
-    p.add_argument("--port", type=int, help="SSH port (default: the board file's, else 22)")
+    p.add_argument("--port", type=argtypes.port, help="SSH port (default: the board file's, else 22)")
     p.add_argument("--accept-new-host-key", action="store_true",
                    help="trust and save an unknown host key (default: refuse hosts not in known_hosts)")
     if serial:

@@ -50,9 +50,13 @@ def _check(runs, factor: float) -> int:
 
 
 def _cmd(a: argparse.Namespace) -> int:
+    from ..paths import output_file
     from ..report.markdown import markdown
     from ..report.schema import load_run
 
+    for path, flag, example in ((a.output, "-o", "index.html"), (a.markdown, "--markdown", "summary.md")):
+        if path:
+            output_file(path, flag, example)
     runs = [load_run(p) for p in a.runs]
     at = _parse_at(a.at)
     if a.output:

@@ -12,6 +12,8 @@ import re
 import shlex
 import time
 
+from .. import argtypes
+
 START_TIMEOUT_S = 180  # the aarch64 wheel takes ~20-50 s to start under emulation (load-dependent), a few s on a Pi
 
 
@@ -96,6 +98,7 @@ def register(sub) -> None:
     add_connection_args(p, board_required=True)
     p.add_argument("--tracker", metavar="HOST:PORT", help="register with this RPC tracker (as the board's [rpc] key)")
     p.add_argument("--rpc-key", help="tracker key (default: the board file's [rpc] key)")
-    p.add_argument("--rpc-port", type=int, help="port the server listens on (default: the board file's [rpc] port)")
+    p.add_argument("--rpc-port", type=argtypes.port,
+                   help="port the server listens on (default: the board file's [rpc] port)")
     p.add_argument("--bind", help="address the server listens on (default: the board file's [rpc] bind)")
     p.set_defaults(fn=_cmd)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import math
 
+from .. import argtypes
+
 
 def _endpoint(text: str | None, flag: str) -> tuple[str, int] | None:
     from ..errors import EdgepackError
@@ -117,11 +119,14 @@ def register(sub) -> None:
     p.add_argument("model", help="the .onnx file")
     p.add_argument("--board", default="host", help="board name (default: host)")
     p.add_argument("--dim", action="append", metavar="NAME=MIN:MAX", help="range of a dynamic dim (repeatable)")
-    p.add_argument("--trials", type=int, default=400, help="measured trials for the whole model (default: 400)")
+    p.add_argument("--trials", type=argtypes.count, default=400,
+                   help="measured trials for the whole model (default: 400)")
     p.add_argument("--db", default="tuning.db", help="tuning database, created or resumed (default: tuning.db)")
     p.add_argument("--samples", default="8", help="shapes to tune for: a count, 'all', or a histogram .json")
-    p.add_argument("--max-kernels", type=int, help="micro-kernels per layer (default: the board's tune.max_kernels)")
-    p.add_argument("--batch", type=int, help="candidates measured per round (default: the board's tune.batch)")
+    p.add_argument("--max-kernels", type=argtypes.count,
+                   help="micro-kernels per layer (default: the board's tune.max_kernels)")
+    p.add_argument("--batch", type=argtypes.count,
+                   help="candidates measured per round (default: the board's tune.batch)")
     p.add_argument("--tracker", metavar="HOST:PORT", help="RPC tracker the board's servers register with")
     p.add_argument("--server", metavar="HOST:PORT", help="a single RPC server (no tracker)")
     p.add_argument("--key", help="RPC key (default: the board's rpc key)")

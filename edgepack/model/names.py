@@ -12,10 +12,12 @@ The original names are kept beside the generated ones (DimRange.name, the manife
 from __future__ import annotations
 
 import re
-
-import onnx
+from typing import TYPE_CHECKING
 
 from .plan import DimRange
+
+if TYPE_CHECKING:  # onnx takes seconds to import: package_name is used before anything heavy (bad -o paths)
+    import onnx
 
 _COMMENT_MAX = 80
 
@@ -59,6 +61,8 @@ def rename_model(model: onnx.ModelProto, dims: list[DimRange]) -> onnx.ModelProt
     """A copy of the model whose dims, values and nodes carry generated names: dynamic dims of the inputs
     become their DimRange.c_name, any other dim_param is dropped (shapes are inferred again), every value
     is `t<k>` and every node `n<k>`, in the main graph and its subgraphs alike."""
+    import onnx
+
     m = onnx.ModelProto()
     m.CopyFrom(model)
     g = m.graph

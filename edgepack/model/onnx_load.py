@@ -32,17 +32,58 @@ def load_onnx(path: str | os.PathLike) -> onnx.ModelProto:
     if p.is_dir():
         raise ModelError(f"'{p}' is a directory; pass the path of an .onnx file")
     try:
-        model = onnx.load(str(p))
+        model = onnx.load(str(p), load_external_data=False)  # loaded below, where a missing file can be named
     except Exception as e:  # protobuf raises DecodeError, RuntimeError or ValueError depending on damage
         raise ModelError(f"'{p}' is not a readable ONNX file ({type(e).__name__}); re-export the model") from None
-    if not model.graph.node or not model.graph.output:
+    if not model.graph.node and not model.graph.output:
         raise ModelError(f"'{p}' holds no ONNX graph (truncated or not an ONNX file); re-export the model")
+    if not model.graph.node:
+        raise ModelError(f"the graph in '{p}' has no nodes, so there is nothing to compute; export the model again "
+                         "with its operators")
+    _check_opset(model, p)
+    _load_external_data(model, p)
     try:
         onnx.checker.check_model(model)
     except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ModelError(f"'{p}' is not a valid ONNX model: {first}") from None
+    _drop_initializer_inputs(model)
     return model
+
+
+def _check_opset(model: onnx.ModelProto, p: Path) -> None:
+    newest = onnx.defs.onnx_opset_version()
+    v = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
+    if v > newest:
+        raise ModelError(f"'{p}' uses ONNX opset {v}, newer than the installed onnx {onnx.__version__} knows "
+                         f"(up to {newest}); export the model with opset {newest} or lower")
+
+
+def _load_external_data(model: onnx.ModelProto, p: Path) -> None:
+    """Weights stored beside the model (torch.onnx.export of large models): every file they name must be there."""
+    from onnx import external_data_helper as ext
+
+    tensors = [t for t in ext._get_all_tensors(model) if ext.uses_external_data(t)]
+    files = dict.fromkeys(ext.ExternalDataInfo(t).location for t in tensors)
+    missing = [f for f in files if not (p.parent / f).is_file()]
+    if missing:
+        raise ModelError(f"'{p}' keeps its weights in '{missing[0]}', which is not in {p.parent.resolve()}; "
+                         "put that file beside the model")
+    try:
+        ext.load_external_data_for_model(model, str(p.parent))
+    except Exception as e:
+        raise ModelError(f"the external data of '{p}' cannot be read ({type(e).__name__}: "
+                         f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}); re-export the model") from None
+
+
+def _drop_initializer_inputs(model: onnx.ModelProto) -> None:
+    """Initializers also listed as graph inputs (torch's keep_initializers_as_inputs) are weights, not inputs:
+    the user never passes them, and TVM's importer refuses a name that is both."""
+    inits = {i.name for i in model.graph.initializer}
+    user = [v for v in model.graph.input if v.name not in inits]
+    if len(user) != len(model.graph.input):
+        del model.graph.input[:]
+        model.graph.input.extend(user)
 
 
 def _io(v: onnx.ValueInfoProto) -> IOInfo:
@@ -87,6 +128,8 @@ def parse_dim_args(args: list[str] | None) -> dict[str, tuple[int, int]]:
         if not m:
             raise DimError(f"--dim '{a}' is not NAME=MIN:MAX; write it like --dim seq=1:256")
         name, lo, hi = m.group(1).strip(), int(m.group(2)), int(m.group(3))
+        if name in out:
+            raise DimError(f"--dim {name} is given twice; give each dim's range once")
         if lo < 1:
             raise DimError(f"--dim {name}: MIN must be at least 1, got {lo}")
         if lo > hi:

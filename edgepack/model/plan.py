@@ -194,6 +194,11 @@ class Plan:
             n *= s.eval(ub)
         return n * t.itemsize
 
+    def io_bytes(self) -> int:
+        """The inputs' and outputs' buffers at the upper bounds (the programs' static I/O pool)."""
+        return sum(align_up(self.max_bytes(self.tensor(t))) for t in self.inputs) + sum(
+            align_up(self.max_bytes(self.tensor(o.tensor))) for o in self.outputs)
+
     def to_json(self) -> dict:
         return {
             "name": self.name,

@@ -12,8 +12,9 @@ def parse_sizes(args: list[str] | None) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     for a in args or []:
         name, sep, values = a.partition("=")
+        name = name.strip()
         try:
-            vals = [int(v) for v in values.split(",") if v.strip()]
+            vals = [int(v) for v in values.split(",")]  # an empty entry (seq=1,,8) is a typo, not a skip
         except ValueError:
             vals = []
         if not sep or not name or not vals:

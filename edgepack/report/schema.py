@@ -288,6 +288,9 @@ def save_run(run: Run, path: str | Path) -> Path:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(f".{p.name}.tmp")
-    tmp.write_text(_dumps(doc))
-    tmp.replace(p)
+    try:
+        tmp.write_text(_dumps(doc))
+        tmp.replace(p)
+    finally:
+        tmp.unlink(missing_ok=True)  # after a failed write: no half-written file left beside
     return p

@@ -1,16 +1,20 @@
 """The tuning database: every micro-kernel measured on every shape instance, in one SQLite file.
 
 Tables (schema version `SCHEMA_VERSION`, kept in `PRAGMA user_version`):
-- `workloads`: one operator class on one board. `key` hashes op + static dims + dtype + board, so two models
-  with the same operator (say dense K=768 N=768 float32 on rpi4) share measurements. The dynamic dims'
-  ranges are informational (widened to the union of every request); a measurement is keyed by its shape.
+- `workloads`: one operator class on one board, built one way. `key` hashes op + static dims + dtype + board +
+  `variant` (what else changes the kernel a config builds: weight packing, vectorize, parallel, the schedule
+  code's version, the TVM version; `kernel_variant`), so two models with the same operator (say dense K=768
+  N=768 float32 on rpi4) share measurements, and measurements of other kernels are never served (they stay in
+  the file, for the settings they were made with). The dynamic dims' ranges are informational (widened to the
+  union of every request); a measurement is keyed by its shape.
 - `candidates`: a micro-kernel config (canonical JSON, sorted keys) of a workload.
 - `measurements`: one candidate on one shape instance: the median seconds (NULL when it failed), the raw
   samples, the error text. At most one per (candidate, shape): a resumed run asks `has` and skips the pair.
 - `runs`: one tuning run (model, trial budget, board, start/finish) for reports.
 - `selections`: what a finished tuning run chose for a workload over a dim range: the samples, the kernel set
   (configs), the edge config and the dispatcher (JSON). `edgepack build --db` reads the newest that covers
-  the package's range. (Added in schema version 2; version-1 files are upgraded in place.)
+  the package's range. (Added in schema version 2, `workloads.variant` in 3; older files are upgraded in place,
+  their workloads keep the variant {}: made before it was recorded, so never served again.)
 
 Writes go through `add_batch`, one transaction per batch: a crash (even SIGKILL) loses at most the batch in
 flight, never part of one. WAL mode lets a report read while the tuner writes.
@@ -25,7 +29,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +37,7 @@ import numpy as np
 
 from ..errors import EdgepackError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _SCHEMA = """
 CREATE TABLE workloads (
@@ -85,6 +89,12 @@ CREATE TABLE selections (
 );
 """
 
+_SCHEMA_V3 = """
+ALTER TABLE workloads ADD COLUMN variant TEXT NOT NULL DEFAULT '{}';
+"""
+
+_UPGRADES = {1: _SCHEMA_V2, 2: _SCHEMA_V3}  # from version N to N + 1, in place
+
 _TABLES = {"workloads", "candidates", "measurements", "runs", "selections"}
 
 
@@ -103,10 +113,29 @@ def _plain(v: Any) -> Any:
     raise TypeError(f"{type(v).__name__} is not JSON serializable")
 
 
-def workload_key(op: str, static_dims: Mapping[str, int], dtype: str, board: str) -> str:
-    """sha256 over op class, static dims, dtype and board name (the dynamic dims' ranges are not part of it)."""
-    text = canonical_json({"op": op, "static": dict(static_dims), "dtype": dtype, "board": board})
+def workload_key(op: str, static_dims: Mapping[str, int], dtype: str, board: str,
+                 variant: Mapping[str, Any] | None = None) -> str:
+    """sha256 over op class, static dims, dtype, board name and variant (the dynamic dims' ranges are not part
+    of it). An empty variant gives the key of schema versions 1-2."""
+    doc = {"op": op, "static": dict(static_dims), "dtype": dtype, "board": board}
+    text = canonical_json(doc | ({"variant": dict(variant)} if variant else {}))
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def kernel_variant(sched) -> dict[str, Any]:
+    """What, beside the config, decides the kernel a board builds: from its `schedule.variants.Schedules`."""
+    from ..schedule import SCHEDULE_VERSION
+
+    return {"pack": bool(sched.pack), "vectorize": bool(sched.vectorize),
+            "parallel": bool(sched.parallel and sched.cores > 1), "schedule": SCHEDULE_VERSION, "tvm": _tvm_version()}
+
+
+def variant_change(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
+    """What differs between two variants, for a message: 'tvm 0.26.0 -> 0.27.0, pack False -> True'."""
+    if not old:
+        return "made before edgepack recorded the kernel settings"
+    return ", ".join(f"{k} {old.get(k, '?')} -> {new.get(k, '?')}" for k in sorted(set(old) | set(new))
+                     if old.get(k) != new.get(k))
 
 
 @dataclass(frozen=True)
@@ -119,6 +148,7 @@ class Workload:
     dtype: str
     board: str
     tvm_version: str
+    variant: dict[str, Any] = field(default_factory=dict)  # kernel_variant; {}: schema versions 1-2
 
 
 @dataclass(frozen=True)
@@ -212,18 +242,18 @@ class TuningDB:
                         raise EdgepackError(
                             f"{self.path} is an SQLite file but not an edgepack tuning database (it has tables "
                             f"{', '.join(sorted(tables))} and no schema version); pass another path")
-                    _script(c, _SCHEMA + _SCHEMA_V2)
+                    _script(c, _SCHEMA + _SCHEMA_V2 + _SCHEMA_V3)
                     c.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                     version = SCHEMA_VERSION
                 c.execute("COMMIT")
             except BaseException:
                 c.execute("ROLLBACK")
                 raise
-        if version == 1:  # upgrade in place: version 2 only adds a table
+        while version in _UPGRADES:  # in place: each version only adds a table or a column
             with self._write() as w:
-                if w.execute("PRAGMA user_version").fetchone()[0] == 1:
-                    _script(w, _SCHEMA_V2)
-                    w.execute("PRAGMA user_version = 2")
+                if w.execute("PRAGMA user_version").fetchone()[0] == version:
+                    _script(w, _UPGRADES[version])
+                    w.execute(f"PRAGMA user_version = {version + 1}")
             version = c.execute("PRAGMA user_version").fetchone()[0]
         if version != SCHEMA_VERSION:
             newer = "a newer" if version > SCHEMA_VERSION else "an unknown older"
@@ -241,19 +271,21 @@ class TuningDB:
     # -- workloads and candidates ----------------------------------------------------------------------
     def workload(self, op: str, static_dims: Mapping[str, int], dtype: str, board: str,
                  dynamic_dims: Mapping[str, Sequence[int]] | None = None,
-                 tvm_version: str | None = None) -> Workload:
-        """Get or create the workload of (op, static dims, dtype, board). `dynamic_dims` (name -> (lo, hi))
-        is recorded, widened to the union with what is stored; `tvm_version` is recorded on creation."""
-        key = workload_key(op, static_dims, dtype, board)
+                 tvm_version: str | None = None, variant: Mapping[str, Any] | None = None) -> Workload:
+        """Get or create the workload of (op, static dims, dtype, board, variant). `dynamic_dims` (name ->
+        (lo, hi)) is recorded, widened to the union with what is stored; `tvm_version` is recorded on creation
+        (default: the variant's, else the installed one)."""
+        variant = dict(variant or {})
+        key = workload_key(op, static_dims, dtype, board, variant)
         dyn = {str(k): [int(v[0]), int(v[1])] for k, v in (dynamic_dims or {}).items()}
         with self._lock, self._write() as c:
             row = c.execute("SELECT id, dynamic_dims FROM workloads WHERE key = ?", (key,)).fetchone()
             if row is None:
                 c.execute(
-                    "INSERT INTO workloads (key, op, static_dims, dynamic_dims, dtype, board, tvm_version, created) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO workloads (key, op, static_dims, dynamic_dims, dtype, board, tvm_version, created, "
+                    "variant) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (key, op, canonical_json(dict(static_dims)), canonical_json(dyn), dtype, board,
-                     tvm_version or _tvm_version(), time.time()))
+                     tvm_version or variant.get("tvm") or _tvm_version(), time.time(), canonical_json(variant)))
             else:
                 stored = json.loads(row[1])
                 merged = dict(stored)
@@ -263,21 +295,45 @@ class TuningDB:
                     c.execute("UPDATE workloads SET dynamic_dims = ? WHERE id = ?", (canonical_json(merged), row[0]))
         return self._workload_by_key(key)
 
-    def find_workload(self, op: str, static_dims: Mapping[str, int], dtype: str, board: str) -> Workload | None:
+    def find_workload(self, op: str, static_dims: Mapping[str, int], dtype: str, board: str,
+                      variant: Mapping[str, Any] | None = None) -> Workload | None:
         """The workload if it was ever recorded (never creates one)."""
-        key = workload_key(op, static_dims, dtype, board)
+        key = workload_key(op, static_dims, dtype, board, variant)
         with self._lock:
             found = self._conn.execute("SELECT 1 FROM workloads WHERE key = ?", (key,)).fetchone()
         return self._workload_by_key(key) if found else None
 
+    def other_variants(self, op: str, static_dims: Mapping[str, int], dtype: str, board: str,
+                       variant: Mapping[str, Any]) -> list[Workload]:
+        """Workloads of the same operator on the same board whose kernels were built another way (stale for
+        `variant`), with at least one measurement."""
+        args = (op, canonical_json(dict(static_dims)), dtype, board, canonical_json(dict(variant)))
+        with self._lock:
+            keys = [r[0] for r in self._conn.execute(
+                "SELECT w.key FROM workloads w WHERE w.op = ? AND w.static_dims = ? AND w.dtype = ? AND w.board = ? "
+                "AND w.variant != ? AND EXISTS (SELECT 1 FROM candidates c JOIN measurements m "
+                "ON m.candidate_id = c.id WHERE c.workload_id = w.id) ORDER BY w.id", args)]
+        return [self._workload_by_key(k) for k in keys]
+
+    def stale_note(self, ops: Iterable[tuple[str, Mapping[str, int], str, str]],
+                   variant: Mapping[str, Any]) -> str | None:
+        """One line on the measurements of these (op, static dims, dtype, board) that were made with other
+        kernels than `variant` builds, so are not used; None when there are none."""
+        stale = [w for op in ops for w in self.other_variants(*op, variant)]
+        if not stale:
+            return None
+        changes = "; ".join(sorted({variant_change(w.variant, variant) for w in stale}))
+        return (f"tuning database {self.path}: {len(stale)} layer(s) were measured with other kernels ({changes}); "
+                "those measurements are not used, and stay in the file")
+
     def _workload_by_key(self, key: str) -> Workload:
         with self._lock:
             r = self._conn.execute(
-                "SELECT id, key, op, static_dims, dynamic_dims, dtype, board, tvm_version FROM workloads "
+                "SELECT id, key, op, static_dims, dynamic_dims, dtype, board, tvm_version, variant FROM workloads "
                 "WHERE key = ?", (key,)).fetchone()
         if r is None:
             raise EdgepackError(f"tuning database {self.path}: no workload with key {key}")
-        return Workload(r[0], r[1], r[2], json.loads(r[3]), json.loads(r[4]), r[5], r[6], r[7])
+        return Workload(r[0], r[1], r[2], json.loads(r[3]), json.loads(r[4]), r[5], r[6], r[7], json.loads(r[8]))
 
     def workloads(self) -> list[Workload]:
         with self._lock:

@@ -21,7 +21,7 @@ import numpy as np
 from ..board import Board
 from ..errors import EdgepackError
 from .cost_model import CostModel, relative_errors
-from .db import TuningDB
+from .db import TuningDB, kernel_variant
 from .samples import Samples, make_samples
 from .search import TaskResult, TaskSearch, config, shape
 from .space import Hardware
@@ -102,6 +102,7 @@ class Tuner:
         self._parallel, self._vectorize = sched.parallel and board.target.cores > 1, sched.vectorize
         self._pack_lanes = sched.vector_lanes if sched.pack else None
         self._workdir = tempfile.TemporaryDirectory(prefix="edgepack-tune-")
+        variant = kernel_variant(sched)  # measurements of kernels built another way are not reused
         self.searches: list[TaskSearch] = []
         self.workloads = []
         self.skipped = []  # kernels whose rows cannot be tiled on this board (alignment, registers): default schedule
@@ -111,11 +112,14 @@ class Tuner:
                 self.skipped.append(t.kernel)
                 self.tasks.remove(t)
                 continue
-            wl = db.workload(t.kind, t.static_dims, t.dtype, board.name, {"m": [t.op.lo, t.op.hi]})
+            wl = db.workload(t.kind, t.static_dims, t.dtype, board.name, {"m": [t.op.lo, t.op.hi]}, variant=variant)
             s.load(db.measured(wl))
             self.reused += len(s.known)
             self.searches.append(s)
             self.workloads.append(wl)
+        note = db.stale_note([(t.kind, t.static_dims, t.dtype, board.name) for t in self.tasks], variant)
+        if note:
+            log.warning("%s; this run measures those layers again", note)
         if not self.tasks:
             raise EdgepackError(f"no kernel of {model_name} can be tiled on board '{board.name}' (skipped: "
                                 f"{', '.join(self.skipped)}); build it untuned with `edgepack build`")
