@@ -57,7 +57,7 @@ def test_manifest_checksums_every_file(encoder_bundle):
     from edgepack.codegen.bundle import verify
 
     files = encoder_bundle.manifest["files"]
-    assert "kernels/kernels.o" in files and "weights.bin" in "".join(files) and "run" in files
+    assert "kernels/kernels.o" in files and "weights.bin" in "".join(files) and "ep" in files
     assert verify(encoder_bundle) == []
 
 

@@ -98,8 +98,9 @@ def test_selections_and_upgrade_from_version_1(tmp_path):
     with TuningDB(p) as db:
         wl = db.workload("dense", {"n": 64}, "float32", "host", {"m": [1, 256]})
         db.add_batch(wl, [({"rows": 8}, {"m": 8}, 1e-6, [1e-6], None)])
-    with sqlite3.connect(p) as c:  # make it a version-1 file: no selections table
+    with sqlite3.connect(p) as c:  # make it a version-1 file: no selections table, no workload variant
         c.execute("DROP TABLE selections")
+        c.execute("ALTER TABLE workloads DROP COLUMN variant")
         c.execute("PRAGMA user_version = 1")
     with TuningDB(p) as db:
         wl = db.find_workload("dense", {"n": 64}, "float32", "host")
@@ -112,4 +113,4 @@ def test_selections_and_upgrade_from_version_1(tmp_path):
         assert db.selection(wl, {"m": [1, 512]}) is None
         assert db.find_workload("dense", {"n": 65}, "float32", "host") is None
     with sqlite3.connect(p) as c:
-        assert c.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        assert c.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3

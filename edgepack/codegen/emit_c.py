@@ -127,7 +127,7 @@ class _Emitter:
         out += [f"int ep_{m}_dispatch_{k}(const int64_t* dims);" for k, i in self.impls.items() if i.split]
         out += [f"extern const uint8_t ep_{m}_weights[];", ""]
         # opts.profile times every kernel call: one branch per call when off, so one program serves both
-        out += ["#define EP_PROFILE_DECL() uint64_t ep_t0 = 0",
+        out += ["#define EP_PROFILE_DECL() uint64_t ep_t0 = 0; (void)ep_t0",
                 "#define EP_PROFILE_BEGIN() (ep_t0 = ctx->profile ? ep_platform_time_ns() : 0)",
                 "#define EP_PROFILE_END(n) (ctx->call_ns[n] += ctx->profile ? ep_platform_time_ns() - ep_t0 : 0)", ""]
         out += [f"static const char* const call_names[] = {{{', '.join(chr(34) + c.kernel + chr(34) for c in p.calls) or '0'}}};",
