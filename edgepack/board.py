@@ -169,3 +169,16 @@ def load_board(name: str, boards_dir: Path = BOARDS_DIR) -> Board:
     if board.name != name:
         raise BoardError(f"board file {path}: key 'name' is {board.name!r}, expected {name!r} (the file name)")
     return board
+
+
+@dataclass(frozen=True)
+class Connection:
+    """How to reach a board, from the CLI flags (or a stand-in's saved settings). Unused fields stay None."""
+
+    host: str | None = None
+    port: int | None = None
+    user: str | None = None
+    key: str | None = None
+    serial: str | None = None  # pyserial URL or device path
+    accept_new_host_key: bool = False
+    extra: dict = field(default_factory=dict)

@@ -12,23 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from .codegen.bundle import Bundle
-from .deploy.io import shape_of
+from .deploy.io import random_inputs
 from .deploy.local import run_local
-
-
-def random_inputs(manifest: dict, dims: dict[str, int], seed: int = 0) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    arrays = []
-    for spec in manifest["inputs"]:
-        shape = shape_of(manifest, spec["shape"], dims)
-        dt = np.dtype(spec["dtype"])
-        if dt.kind == "f":
-            arrays.append(rng.standard_normal(shape).astype(dt))
-        elif dt.kind == "b":
-            arrays.append(rng.random(shape) > 0.5)
-        else:
-            arrays.append(rng.integers(0, 2, size=shape).astype(dt))  # ids/masks: small valid values
-    return arrays
 
 
 def max_rel_error(got: np.ndarray, ref: np.ndarray) -> float:

@@ -60,7 +60,7 @@ def _cmd_build(a: argparse.Namespace) -> int:
 
 def _cmd_run(a: argparse.Namespace) -> int:
     from .codegen.bundle import Bundle
-    from .commands.flash import board_for, connection_from_args
+    from .commands._connection import board_for, connection_from_args
     from .deploy.device import open_device
     from .deploy.io import load_inputs
     from .deploy.local import run_local
@@ -159,7 +159,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--input", action="append", metavar="X.npy", help="one per model input, in model order")
     r.add_argument("-o", "--output", default="out", help="folder for <k>_<name>.npy outputs (default: out)")
     r.add_argument("--threads", type=argtypes.threads, help="worker threads (default: the board's cores)")
-    from .commands.flash import add_connection_args
+    from .commands._connection import add_connection_args
 
     add_connection_args(r, serial=True)  # --board/--host/--serial...: run on a remote board (default: the package's)
     r.set_defaults(fn=_cmd_run)

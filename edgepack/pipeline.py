@@ -11,17 +11,16 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import onnx
 
 from . import __version__
 from .board import Board, load_board
 from .codegen.bundle import (Bundle, commit, copy_runtime, make, package_output, sha256, stage_dir,
                              write_makefile, write_manifest)
 from .errors import BuildError
-from .model import onnx_load
 from .mcu.config import is_mcu, mcu_config
-from .model.names import rename_model
+from .model.frontend import lower_model, prepare
 from .model.plan import DimRange
+from .schedule.defaults import schedules_for
 
 # TVM-dependent stages are imported inside the functions that use them: importing TVM takes seconds, and
 # bad input (a missing file, a dim without a range) should be reported before that.
@@ -38,44 +37,6 @@ class BuildResult:
     sum_of_tensor_bytes: int
     weights_bytes: int
     code_bytes: int  # text of the static library (runtime + kernels + call sequence), weights not included
-
-
-def prepare(model_path: str | Path, dim_ranges: dict[str, tuple[int, int]]) -> tuple[onnx.ModelProto, list[DimRange]]:
-    """Read and check a model before any heavy work: file, operators, dims."""
-    model = onnx_load.load_onnx(model_path)
-    onnx_load.check_ops(model)
-    dims = onnx_load.resolve_dims(model, dim_ranges)
-    return model, dims
-
-
-def lower_model(name: str, model: onnx.ModelProto, dims: list[DimRange]):
-    """-> model.lower.Lowered: the plan and its TIR kernels."""
-    from .model.canonicalize import canonicalize
-    from .model.lower import import_relax, lower
-    from .model.op_fixes import fix_ops
-
-    ins, outs = onnx_load.graph_inputs(model), onnx_load.graph_outputs(model)
-    model = fix_ops(canonicalize(rename_model(model, dims), {d.c_name: (d.lo, d.hi) for d in dims}))
-    lowered = lower(name, import_relax(model), dims)
-    for tid, io in zip(lowered.plan.inputs, ins):
-        lowered.plan.tensor(tid).name = io.name
-    for o, io in zip(lowered.plan.outputs, outs):
-        o.name = io.name
-    return lowered
-
-
-def schedules_for(board: Board):
-    from .schedule.variants import Schedules
-
-    if board.target.kind == "c":  # no vectorize (FACTS.md) and no thread pool on these boards
-        import tvm
-
-        # DLight's CPU rules only act under an LLVM CPU target; their vectorized or parallel results are
-        # refused for C (generic_schedule), so a plain single-core one is enough
-        rules = tvm.target.Target({"kind": "llvm", "num-cores": 1})
-        return Schedules(vector_lanes=board.vector_lanes_f32, cores=1, target=rules, vectorize=False, parallel=False,
-                         pack=False)
-    return Schedules(vector_lanes=board.vector_lanes_f32, cores=board.target.cores, target=board.tvm_target())
 
 
 def build_package(model_path: str | Path, board: Board | str = "host", dim_ranges: dict | None = None,

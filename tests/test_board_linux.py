@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from conftest import have, run_cli
 
-from edgepack.board import load_board, load_board_file
-from edgepack.deploy.device import Connection, open_device
+from edgepack.board import Connection, load_board, load_board_file
+from edgepack.deploy.device import open_device
 from edgepack.errors import BoardError
 from edgepack.examples import EXAMPLES
 

@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
-from edgepack.board import Board, load_board
+from edgepack.board import Board, Connection, load_board
 from edgepack.check import max_rel_error, random_inputs
 from edgepack.codegen.bundle import Bundle
-from edgepack.deploy.device import BenchSettings, Connection, open_device
+from edgepack.deploy.device import BenchSettings, open_device
 from edgepack.deploy.ssh import DeviceError
 from edgepack.errors import BoardError, RunError
 from edgepack.examples import EXAMPLES

@@ -19,9 +19,9 @@ from conftest import EXPORT_DIMS, EXPORTS, have, run_cli, sizes_for
 from test_examples_e2e import _token_inputs
 
 from edgepack import standin
-from edgepack.board import load_board
+from edgepack.board import Connection, load_board
 from edgepack.check import max_rel_error, random_inputs
-from edgepack.deploy.device import BenchSettings, Connection, open_device
+from edgepack.deploy.device import BenchSettings, open_device
 from edgepack.errors import DimError, RunError
 from edgepack.examples import EXAMPLES
 from edgepack.mcu import protocol as P

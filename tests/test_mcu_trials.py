@@ -36,7 +36,7 @@ def board(tmp_path, monkeypatch):
 
 
 def test_a_batch_of_candidates_is_one_image_timed_on_the_device(dense_task, board, tmp_path):
-    from edgepack.mcu.trials import McuMeasurer
+    from edgepack.tune.mcu_trials import McuMeasurer
     from edgepack.tune.trial import main_variant_input
 
     t = dense_task
@@ -55,7 +55,7 @@ def test_a_batch_of_candidates_is_one_image_timed_on_the_device(dense_task, boar
 
 
 def test_batches_larger_than_an_image_take_several_flashes(dense_task, board, tmp_path):
-    from edgepack.mcu.trials import McuMeasurer
+    from edgepack.tune.mcu_trials import McuMeasurer
     from edgepack.tune.trial import main_variant_input
 
     t = dense_task

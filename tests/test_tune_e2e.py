@@ -4,7 +4,6 @@ Budgets are a few trials so CI stays fast; tuning quality is measured in benchma
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal

@@ -214,7 +214,7 @@ class _Emitter:
         return out + ["  return EP_OK;", "}", ""]
 
     def _run(self) -> list[str]:
-        p, m, M = self.p, self.m, self.M
+        p, m = self.p, self.m
         out = [
             f"static ep_status_t run_calls(ep_{m}_ctx_t* ctx, const ep_buffer_t* inputs, const ep_buffer_t* outputs,",
             "                             const int64_t* dims) {",
@@ -331,11 +331,11 @@ class _Emitter:
 
         def views(begin: str, end: str) -> list[str]:
             out = []
-            for i, (tid, ax, re) in enumerate(zip(c.args, sp.axes, sp.row_elems)):
+            for i, (tid, ax, row) in enumerate(zip(c.args, sp.axes, sp.row_elems)):
                 if ax is None:
                     out.append(f"      v[{i}] = T[{tid}];")
                 else:
-                    rb = re * self.p.tensor(tid).itemsize
+                    rb = row * self.p.tensor(tid).itemsize
                     out.append(f"      ep_row_view(&v[{i}], vs[{i}], &T[{tid}], {ax}, {begin}, {end}, {rb});")
             return out
 

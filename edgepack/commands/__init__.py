@@ -12,4 +12,5 @@ import pkgutil
 
 def register_all(sub) -> None:
     for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        importlib.import_module(f"{__name__}.{m.name}").register(sub)
+        if not m.name.startswith("_"):  # shared helpers, not commands
+            importlib.import_module(f"{__name__}.{m.name}").register(sub)

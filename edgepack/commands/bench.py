@@ -89,7 +89,7 @@ def _cmd(a: argparse.Namespace) -> int:
     from ..deploy.device import connection_for, open_device
     from ..report import grid, runner
     from ..paths import output_file
-    from ..report.machine import device_facts
+    from ..deploy.machine import device_facts
     from ..report.schema import Run, save_run
 
     output_file(a.output, "-o", "run.json")  # before measuring, not after

@@ -74,7 +74,7 @@ def _stop(dev) -> str:
 
 
 def _cmd(a: argparse.Namespace) -> int:
-    from .flash import board_for, connection_from_args, ssh_device
+    from ._connection import board_for, connection_from_args, ssh_device
 
     board = board_for(a, None)
     conn = connection_from_args(a, board)
@@ -91,7 +91,7 @@ def _cmd(a: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    from .flash import add_connection_args
+    from ._connection import add_connection_args
 
     p = sub.add_parser("rpc-server", help="start or stop TVM's RPC server on a Linux board (for on-board tuning)")
     p.add_argument("action", nargs="?", choices=["start", "stop", "status"], default="start")

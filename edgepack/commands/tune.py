@@ -25,7 +25,7 @@ def _mcu_measurer(a, board, stack):
     from .. import standin
     from ..deploy.device import connection_for
     from ..errors import EdgepackError
-    from ..mcu.trials import McuMeasurer
+    from ..tune.mcu_trials import McuMeasurer
 
     if a.tracker or a.server:
         raise EdgepackError(f"board '{board.name}' is measured over its serial port, not RPC: drop "
@@ -82,7 +82,7 @@ def _cmd(a: argparse.Namespace) -> int:
     from ..board import load_board
     from ..errors import EdgepackError
     from ..model.onnx_load import parse_dim_args
-    from ..pipeline import prepare
+    from ..model.frontend import prepare
     from ..tune.trial import kernel_name
     from ..tune.tuner import TuneOptions, tune_model
 

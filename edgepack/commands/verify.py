@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import RunError
-from .flash import add_connection_args, board_for, connection_from_args
+from ._connection import add_connection_args, board_for, connection_from_args
 
 
 def verify_on(bundle, device) -> list:

@@ -17,22 +17,9 @@ from typing import Protocol
 
 import numpy as np
 
-from ..board import Board
+from ..board import Board, Connection
 from ..codegen.bundle import Bundle
 from ..errors import BoardError
-
-
-@dataclass(frozen=True)
-class Connection:
-    """How to reach a board, from the CLI flags (or a stand-in's saved settings). Unused fields stay None."""
-
-    host: str | None = None
-    port: int | None = None
-    user: str | None = None
-    key: str | None = None
-    serial: str | None = None  # pyserial URL or device path
-    accept_new_host_key: bool = False
-    extra: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -85,3 +85,19 @@ def output_file(index: int, name: str) -> str:
     safe = bytes(b if chr(b).isascii() and (chr(b).isalnum() or chr(b) in ".-") else ord("_")
                  for b in name.encode("utf-8", "surrogatepass")[:_FILE_NAME_MAX])
     return f"{index}_{safe.decode('ascii')}.npy"
+
+
+def random_inputs(manifest: dict, dims: dict[str, int], seed: int = 0) -> list[np.ndarray]:
+    """Inputs of the manifest's shapes at `dims`: normal floats, random bools, ints 0 or 1 (valid ids and masks)."""
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for spec in manifest["inputs"]:
+        shape = shape_of(manifest, spec["shape"], dims)
+        dt = np.dtype(spec["dtype"])
+        if dt.kind == "f":
+            arrays.append(rng.standard_normal(shape).astype(dt))
+        elif dt.kind == "b":
+            arrays.append(rng.random(shape) > 0.5)
+        else:
+            arrays.append(rng.integers(0, 2, size=shape).astype(dt))  # ids/masks: small valid values
+    return arrays

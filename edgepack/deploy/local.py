@@ -105,7 +105,7 @@ class LocalDevice:
         return BenchResult(dims=dict(dims), samples_ns=out["samples_ns"], threads=out.get("threads"), calls=calls)
 
     def facts(self) -> dict:
-        from ..report.machine import local_facts
+        from .machine import local_facts
 
         return local_facts(self.board)
 

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..board import Board
+from ..board import Board, Connection
 from ..codegen.bundle import Bundle
 from ..errors import BoardError, DimError, RunError
 from ..mcu import protocol as P
 from ..mcu.config import mcu_config
-from .device import BenchResult, BenchSettings, Connection
-from .io import dims_of, output_file, shape_of
+from .device import BenchResult, BenchSettings
+from .io import dims_of, output_file, random_inputs, shape_of
 
 RUN_TIMEOUT_S = 300  # one request may run the model many times on a slow (emulated) core
 
@@ -67,8 +67,6 @@ class SerialDevice:
         """Device-timed runs: SysTick ticks of the core clock (under QEMU -icount: a repeatable instruction
         count, not cycles). Inputs are random (seed 0), uploaded once. One core: `threads` and `min_time_ms`
         do not apply; per-call profiles (`profile`) are not served by the firmware yet, and refused."""
-        from ..check import random_inputs
-
         if settings.profile:
             raise RunError(f"--profile is not available on board '{self.board.name}' yet (the serial firmware "
                            "does not time kernel calls); run the bench without --profile")

@@ -25,10 +25,10 @@ from pathlib import Path
 import numpy as np
 import paramiko
 
-from ..board import Board
+from ..board import Board, Connection
 from ..codegen.bundle import Bundle, verify
 from ..errors import BoardError, DimError, EdgepackError, RunError
-from .device import BenchResult, BenchSettings, Connection
+from .device import BenchResult, BenchSettings
 from .io import dims_of, output_file
 from .local import bench_args, calls_of
 

@@ -4,7 +4,6 @@
   grid.py      which sizes to measure (--sizes, default grid)
   runner.py    measure a package size by size through a Device, interleaved with baselines
   baseline.py  onnxruntime timing (CPU EP, call cost), shared with benchmarks/encoder_vs_onnxruntime.py
-  machine.py   facts about the machine a run was measured on
   compare.py   speed-ups between runs and the CI regression check
   plots.py, html.py, markdown.py   the report (matplotlib Agg, inline SVG, no network)
 """

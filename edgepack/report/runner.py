@@ -15,6 +15,7 @@ from dataclasses import asdict, replace
 
 from ..codegen.bundle import Bundle
 from ..deploy.device import BenchSettings
+from ..deploy.io import random_inputs
 from .schema import BaselineFigures, SizeResult, Stats, operators_of
 
 
@@ -42,8 +43,6 @@ def _baseline_figures(threads: int, samples: list[int], cost: float, ep_median: 
 
 def measure_size(device, bundle: Bundle, dims: dict[str, int], settings: BenchSettings, rounds: int = 1,
                  baseline=None) -> SizeResult:
-    from ..check import random_inputs
-
     feeds = baseline.feeds(random_inputs(bundle.manifest, dims)) if baseline else None
     samples: list = []
     calls: list[dict] = []

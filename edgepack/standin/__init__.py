@@ -17,8 +17,7 @@ import json
 import os
 from pathlib import Path
 
-from ..board import Board
-from ..deploy.device import Connection
+from ..board import Board, Connection
 from ..errors import BoardError
 
 

@@ -27,8 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..board import Board
-from ..deploy.device import Connection
+from ..board import Board, Connection
 from ..errors import BoardError
 
 SSHD = "/usr/sbin/sshd"

@@ -17,8 +17,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from ..board import Board
-from ..deploy.device import Connection
+from ..board import Board, Connection
 from ..errors import BoardError
 
 QEMU = "qemu-system-arm"

@@ -86,7 +86,7 @@ def split_budget(tasks: list[TuneTask], samples: dict[str, Samples], trials: int
 class Tuner:
     def __init__(self, tasks: list[TuneTask], board: Board, db: TuningDB, measurer, opts: TuneOptions,
                  model_name: str):
-        from ..pipeline import schedules_for
+        from ..schedule.defaults import schedules_for
 
         self.tasks, self.board, self.db, self.measurer, self.opts = list(tasks), board, db, measurer, opts
         self.model_name = model_name
@@ -276,7 +276,7 @@ def _progress(total: int, done: int, enabled: bool):
 def tune_model(model_path: str | Path, board: Board, dim_ranges: dict, db_path: str | Path, measurer,
                opts: TuneOptions, name: str | None = None) -> TuneReport:
     from ..model.names import package_name
-    from ..pipeline import lower_model, prepare
+    from ..model.frontend import lower_model, prepare
 
     model_path = Path(model_path)
     model, dims = prepare(model_path, dim_ranges)

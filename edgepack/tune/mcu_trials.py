@@ -21,14 +21,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..board import Board
+from ..board import Board, Connection
 from ..codegen.bundle import TEMPLATES
-from ..deploy.device import Connection
 from ..errors import BuildError, EdgepackError
+from ..mcu.config import mcu_config
+from ..mcu.firmware import FIRMWARE, config_header, linker_script
 from ..model.plan import align_up
-from ..tune.rpc import MeasureInput, MeasureResult
-from .config import mcu_config
-from .firmware import FIRMWARE, config_header, linker_script
+from .rpc import MeasureInput, MeasureResult
 
 CMD_INFO, CMD_TRIAL = 1, 16
 _DL = {"f": 2, "i": 0, "u": 1, "b": 6}
@@ -136,7 +135,7 @@ class McuMeasurer:
     # -- measuring ----------------------------------------------------------------------------------------
     def _measure_image(self, image: TrialImage, chunk: list[int], results: list) -> None:
         from ..deploy.serial import flash_image, open_link
-        from .protocol import Info
+        from ..mcu.protocol import Info
 
         self.conn = flash_image(self.board, self.conn, image.elf)
         self.images_flashed += 1
