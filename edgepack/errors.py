@@ -31,3 +31,36 @@ class RunError(EdgepackError):
 
 class OutputPathError(EdgepackError):
     """An output path edgepack cannot write, or must not overwrite (a file or folder that is the user's)."""
+
+
+class DeviceError(RunError):
+    """The board cannot be reached, refuses us, or failed while we used it."""
+
+
+class DeviceReplyError(DeviceError):
+    """The device answered a request with an error status."""
+
+    def __init__(self, reply, status_name: str):
+        self.reply = reply  # the protocol's Reply (edgepack/mcu/protocol.py)
+        super().__init__(f"the device answered '{status_name}': {reply.message}")
+
+
+class RPCUnavailableError(EdgepackError):
+    """No RPC server (or tracker) answered within the wait. `results` holds what the batch measured before
+    (None for the inputs never measured)."""
+
+    def __init__(self, message: str, results: list | None = None):
+        super().__init__(message)
+        self.results = results if results is not None else []
+
+
+class CompareError(EdgepackError):
+    """Two runs that cannot be compared."""
+
+
+class SchemaError(EdgepackError):
+    """A bench result file that this edgepack cannot read."""
+
+
+class BenchError(EdgepackError):
+    """The bench command was asked for something it cannot measure."""

@@ -17,7 +17,8 @@ from edgepack.board import load_board
 from edgepack.deploy.device import BenchSettings, open_device
 from edgepack.errors import DimError
 from edgepack.report import grid
-from edgepack.report.schema import JSON_SCHEMA, SchemaError, Stats, load_run, save_run, validate
+from edgepack.errors import SchemaError
+from edgepack.report.schema import JSON_SCHEMA, Stats, load_run, save_run, validate
 
 SIZES = [1, 8, 32]
 

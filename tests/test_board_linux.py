@@ -89,7 +89,7 @@ def test_malformed_ssh_board_sections(tmp_path):
 
 
 def test_ssh_board_without_address():
-    from edgepack.deploy.ssh import DeviceError
+    from edgepack.errors import DeviceError
 
     with pytest.raises(DeviceError, match="pass --host .*standin up qemu-aarch64"):
         open_device(load_board("qemu-aarch64"), Connection())  # no stand-in given, no host

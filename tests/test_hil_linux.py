@@ -23,7 +23,7 @@ from edgepack.board import Board, Connection, load_board
 from edgepack.check import max_rel_error, random_inputs
 from edgepack.codegen.bundle import Bundle
 from edgepack.deploy.device import BenchSettings, open_device
-from edgepack.deploy.ssh import DeviceError
+from edgepack.errors import DeviceError
 from edgepack.errors import BoardError, RunError
 from edgepack.examples import EXAMPLES
 
@@ -426,7 +426,8 @@ def test_rpc_path_measured_on_board(hil, tracker, tmp_path):
     from tvm import te
 
     from edgepack.standin.qemu_linux import free_port
-    from edgepack.tune.rpc import Measurer, MeasureInput, RPCUnavailableError
+    from edgepack.errors import RPCUnavailableError
+    from edgepack.tune.rpc import Measurer, MeasureInput
 
     port = free_port() if hil.standin else int(hil.board.section("rpc").get("port", 9090))
     dev = hil.device()

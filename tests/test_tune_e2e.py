@@ -21,7 +21,8 @@ from edgepack.errors import EdgepackError
 from edgepack.examples import EXAMPLES
 from edgepack.pipeline import build_package, lower_model, prepare
 from edgepack.tune.db import TuningDB
-from edgepack.tune.rpc import LocalRPC, Measurer, RPCUnavailableError, group_alive
+from edgepack.errors import RPCUnavailableError
+from edgepack.tune.rpc import LocalRPC, Measurer, group_alive
 from edgepack.tune.tasks import extract_tasks
 from edgepack.tune.tuner import TuneOptions, Tuner, tune_model
 

@@ -10,11 +10,7 @@ import time
 from pathlib import Path
 
 from .. import argtypes
-from ..errors import EdgepackError
-
-
-class BenchError(EdgepackError):
-    """The bench command was asked for something it cannot measure."""
+from ..errors import BenchError
 
 
 def _baseline_model(bundle, model: str | None) -> Path:

@@ -40,7 +40,7 @@ def _start(dev, board, a, python: str) -> str:
     while time.monotonic() < deadline:
         log = dev.sh(f"cat {d}/rpc_server.log")[1]
         if not _pid(dev):
-            from ..deploy.ssh import DeviceError
+            from ..errors import DeviceError
 
             last = (log.strip().splitlines() or ["no output"])[-1][:200]
             raise DeviceError(f"the RPC server exited on {dev.t.where}: {last}; install apache-tvm there "
@@ -49,7 +49,7 @@ def _start(dev, board, a, python: str) -> str:
             return f"running on {dev.t.where} (pid {_pid(dev)}): " + log.strip().splitlines()[-1].split("INFO ")[-1]
         time.sleep(0.5)
     _stop(dev)
-    from ..deploy.ssh import DeviceError
+    from ..errors import DeviceError
 
     raise DeviceError(f"the RPC server did not start within {START_TIMEOUT_S} s on {dev.t.where}; see "
                       f"{dev.deploy_dir}/rpc_server.log there")

@@ -27,17 +27,13 @@ import paramiko
 
 from ..board import Board, Connection
 from ..codegen.bundle import Bundle, verify
-from ..errors import BoardError, DimError, EdgepackError, RunError
+from ..errors import BoardError, DeviceError, DimError, RunError
 from .device import BenchResult, BenchSettings
 from .io import dims_of, output_file
 from .local import bench_args, calls_of
 
 CONNECT_TIMEOUT_S = 10
 SPACE_MARGIN = 64 * 1024  # bytes kept free beyond the upload itself (symlinks, run outputs, logs)
-
-
-class DeviceError(EdgepackError):
-    """The board cannot be reached, refuses us, or failed while we used it."""
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import time
 import zlib
 from dataclasses import dataclass, field
 
-from ..errors import DimError, RunError
+from ..errors import DeviceReplyError, DimError, RunError
 
 SYNC = 0xEB
 INFO, SET_INPUT, RUN, GET_OUTPUT, BENCH = 1, 2, 3, 4, 5
@@ -34,14 +34,6 @@ class Reply:
     @property
     def message(self) -> str:
         return self.payload.decode("utf-8", "replace")
-
-
-class DeviceError(RunError):
-    """The device answered a request with an error status."""
-
-    def __init__(self, reply: Reply):
-        self.reply = reply
-        super().__init__(f"the device answered '{STATUS.get(reply.status, reply.status)}': {reply.message}")
 
 
 @dataclass
@@ -93,13 +85,13 @@ class Link:
         self.port.flush()
 
     def request(self, cmd: int, payload: bytes = b"", timeout: float | None = None) -> Reply:
-        """Send one frame and return its reply; an error status raises DeviceError (DimError for dims)."""
+        """Send one frame and return its reply; an error status raises DeviceReplyError (DimError for dims)."""
         self.write_raw(frame(cmd, payload))
         r = self.read_reply(timeout)
         if r.cmd != cmd:
             raise RunError(f"the device answered command {r.cmd} to command {cmd}: {r.message}; restart it")
         if r.status:
-            err = DeviceError(r)
+            err = DeviceReplyError(r, STATUS.get(r.status, str(r.status)))
             if r.status == ST_SHAPE:
                 raise DimError(str(err))
             raise err

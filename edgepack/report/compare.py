@@ -4,12 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import EdgepackError
+from ..errors import CompareError
 from .schema import Run, SizeResult
-
-
-class CompareError(EdgepackError):
-    """Two runs that cannot be compared."""
 
 
 @dataclass

@@ -40,15 +40,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import EdgepackError
+from ..errors import SchemaError
 
 SCHEMA = "edgepack.bench"
 SCHEMA_VERSION = 1
 SUPPORTED_VERSIONS = (1,)
-
-
-class SchemaError(EdgepackError):
-    """A bench result file that this edgepack cannot read."""
 
 
 _INT = {"type": "integer"}

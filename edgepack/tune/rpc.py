@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from ..board import Board
-from ..errors import BuildError, EdgepackError
+from ..errors import BuildError, EdgepackError, RPCUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -62,15 +62,6 @@ _TRACKER_MAGIC = 0x2F271
 _TRACKER_SUCCESS = 0
 _TRACKER_REQUEST = 4
 _TRACKER_SUMMARY = 6
-
-
-class RPCUnavailableError(EdgepackError):
-    """No RPC server (or tracker) answered within the wait. `results` holds what the batch measured before
-    (None for the inputs never measured)."""
-
-    def __init__(self, message: str, results: list | None = None):
-        super().__init__(message)
-        self.results = results if results is not None else []
 
 
 # ---------------------------------------------------------------------------------------------------------
