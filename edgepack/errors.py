@@ -1,4 +1,5 @@
-"""Errors a user can act on. The CLI catches EdgepackError once: one line, exit code 2."""
+"""Errors a user can act on, and the one-line forms of what failed underneath. The CLI catches EdgepackError
+once: one line, exit code 2."""
 
 
 class EdgepackError(Exception):
@@ -64,3 +65,34 @@ class SchemaError(EdgepackError):
 
 class BenchError(EdgepackError):
     """The bench command was asked for something it cannot measure."""
+
+
+def one_line(e: BaseException) -> str:
+    """An exception's message on one line: TVM puts its message after a traceback (kept: the last line),
+    and remote errors after "Error caught from RPC call:" (kept: the lines after it, joined)."""
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    if not lines:
+        return type(e).__name__
+    if lines[0].startswith("Traceback"):
+        msg = lines[-1]
+    elif lines[0].endswith("Error caught from RPC call:") and len(lines) > 1:
+        msg = " ".join(lines[1:])
+    else:
+        msg = lines[0]
+    name = type(e).__name__
+    if not msg.startswith(name) and ":" not in msg.split(" ", 1)[0]:
+        msg = f"{name}: {msg}"
+    return msg[:300]
+
+
+def last_line(output: str, default: str) -> str:
+    """The last non-empty line of some output (the device programs and TVM put what failed there)."""
+    lines = [ln.strip() for ln in output.strip().splitlines() if ln.strip()]
+    return (lines[-1] if lines else default)[:300]
+
+
+def error_line(output: str, default: str) -> str:
+    """The line of a compiler's or make's output that says what failed: the first that mentions an error, else
+    the last."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip() and "Waiting for unfinished jobs" not in ln]
+    return next((ln for ln in lines if "error" in ln.lower() or "***" in ln), lines[-1] if lines else default)[:300]

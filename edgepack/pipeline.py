@@ -16,7 +16,7 @@ from . import __version__
 from .board import Board, load_board
 from .codegen.bundle import (Bundle, commit, copy_runtime, make, package_output, sha256, stage_dir,
                              write_makefile, write_manifest)
-from .errors import BuildError
+from .errors import BuildError, one_line
 from .mcu.config import is_mcu, mcu_config
 from .model.frontend import lower_model, prepare
 from .model.plan import DimRange
@@ -143,8 +143,7 @@ def _test_cases(stage: Path, manifest: dict, model_path: Path, small: bool) -> i
         return len(write_test_cases(stage, manifest, model_path, max_bytes=(64 << 10) if small else (4 << 20)))
     except Exception as e:  # noqa: BLE001 (onnxruntime cannot run every model edgepack builds)
         shutil.rmtree(stage / TEST_DIR, ignore_errors=True)
-        log.warning("no test cases in the package: onnxruntime could not run the model (%s: %s)", type(e).__name__,
-                    (str(e).strip().splitlines() or [""])[0][:200])
+        log.warning("no test cases in the package: onnxruntime could not run the model (%s)", one_line(e))
         return 0
 
 

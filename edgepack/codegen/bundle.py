@@ -21,7 +21,7 @@ from pathlib import Path
 from string import Template
 
 from ..board import Board
-from ..errors import BuildError, OutputPathError, RunError
+from ..errors import BuildError, OutputPathError, RunError, error_line
 from ..paths import check_creatable
 from ..resources import TEMPLATES_DIR
 
@@ -187,12 +187,12 @@ def write_makefile(dst: Path, model: str, board: Board, kernel_obj: str) -> None
     (dst / "Makefile").write_text(text)
 
 
-def make(dst: Path, jobs: int = 2) -> None:
-    r = subprocess.run(["make", "-s", f"-j{jobs}", "-C", str(dst)], capture_output=True, text=True)
+def make(dst: Path, target: str | None = None, what: str = "the package", jobs: int = 2) -> None:
+    """`make` in a package (or firmware) folder; a failure is one BuildError naming the first error line."""
+    cmd = ["make", "-s", f"-j{jobs}", "-C", str(dst), *([target] if target else [])]
+    r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
-        lines = [ln for ln in (r.stderr + r.stdout).splitlines() if "Waiting for unfinished jobs" not in ln]
-        first_err = next((ln for ln in lines if "error" in ln.lower() or "***" in ln), lines[-1] if lines else "make failed")
-        raise BuildError(f"compiling the package failed: {first_err.strip()[:300]}")
+        raise BuildError(f"compiling {what} failed: {error_line(r.stderr + r.stdout, 'make failed')}")
 
 
 def sha256(path: Path) -> str:

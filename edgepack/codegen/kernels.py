@@ -9,7 +9,7 @@ from pathlib import Path
 import tvm
 from tvm import s_tir, tirx
 
-from ..errors import BuildError
+from ..errors import BuildError, last_line
 from ..model.plan import ALIGN, DimRange, align_up, c_ident
 from ..schedule.variants import KernelImpl, root_block
 
@@ -37,8 +37,7 @@ def compile_kernels(impls: dict[str, KernelImpl], target: tvm.target.Target, out
         with tvm.transform.PassContext(opt_level=3, config={"tirx.disable_assert": True}):
             lib = tvm.tirx.build(mod, target=target)
     except Exception as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[-1][:300]
-        raise BuildError(f"compiling kernels failed: {first}") from None
+        raise BuildError(f"compiling kernels failed: {last_line(str(e), type(e).__name__)}") from None
     out.parent.mkdir(parents=True, exist_ok=True)
     if target.kind.name == "llvm":
         lib.write_to_file(str(out))

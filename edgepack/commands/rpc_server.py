@@ -40,9 +40,9 @@ def _start(dev, board, a, python: str) -> str:
     while time.monotonic() < deadline:
         log = dev.sh(f"cat {d}/rpc_server.log")[1]
         if not _pid(dev):
-            from ..errors import DeviceError
+            from ..errors import DeviceError, last_line
 
-            last = (log.strip().splitlines() or ["no output"])[-1][:200]
+            last = last_line(log, "no output")[:200]
             raise DeviceError(f"the RPC server exited on {dev.t.where}: {last}; install apache-tvm there "
                               f"(pip install apache-tvm) or set [rpc] python in {board.path}")
         if re.search(r"bind to [\w.:-]+:\d+", log):

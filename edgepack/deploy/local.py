@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ..codegen.bundle import Bundle
-from ..errors import DimError, RunError
+from ..errors import DimError, RunError, last_line
 from .io import dims_of, output_file
 
 
@@ -33,7 +33,7 @@ def run_local(bundle: Bundle, arrays: list[np.ndarray], out_dir: str | Path, thr
         cmd = [str(prog), "run"] + (["--threads", str(threads)] if threads else []) + [str(res_dir)] + [str(p) for p in paths]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         if r.returncode != 0:
-            msg = (r.stderr.strip().splitlines() or [f"exit code {r.returncode}"])[-1].removeprefix("error: ")
+            msg = last_line(r.stderr, f"exit code {r.returncode}").removeprefix("error: ")
             raise (DimError if r.returncode == 3 else RunError)(f"the package failed: {msg}")
         results = []
         for i, o in enumerate(bundle.manifest["outputs"]):
@@ -80,7 +80,7 @@ def bench_local(bundle: Bundle, dims: dict[str, int], settings, profile: bool = 
     r = subprocess.run([str(program(bundle)), *bench_args(bundle, dims, settings, profile)], capture_output=True,
                        text=True, timeout=timeout)
     if r.returncode != 0:
-        msg = (r.stderr.strip().splitlines() or [f"exit code {r.returncode}"])[-1].removeprefix("error: ")
+        msg = last_line(r.stderr, f"exit code {r.returncode}").removeprefix("error: ")
         raise (DimError if r.returncode == 3 else RunError)(f"bench at {dims} failed: {msg}")
     return json.loads(r.stdout)
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..board import Board, Connection
 from ..codegen.bundle import Bundle
-from ..errors import BoardError, DimError, RunError
+from ..errors import BoardError, DimError, RunError, last_line
 from ..mcu import protocol as P
 from ..mcu.config import mcu_config
 from .device import BenchResult, BenchSettings
@@ -169,8 +169,7 @@ def flash_image(board: Board, conn: Connection, elf: Path) -> Connection:
                          f"change [flasher] command in {board.path}")
     r = subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
-        last = (r.stderr.strip() or r.stdout.strip() or f"exit code {r.returncode}").splitlines()[-1]
-        raise RunError(f"flashing {board.name} failed: {last}")
+        raise RunError(f"flashing {board.name} failed: {last_line(r.stderr or r.stdout, f'exit code {r.returncode}')}")
     return conn
 
 

@@ -27,7 +27,7 @@ import paramiko
 
 from ..board import Board, Connection
 from ..codegen.bundle import Bundle, verify
-from ..errors import BoardError, DeviceError, DimError, RunError
+from ..errors import BoardError, DeviceError, DimError, RunError, last_line
 from .device import BenchResult, BenchSettings
 from .io import dims_of, output_file
 from .local import bench_args, calls_of
@@ -183,7 +183,7 @@ class SSHDevice:
     def must(self, words: list[str] | str, what: str, stdin: bytes = b"") -> str:
         rc, out, err = self.sh(words, stdin)
         if rc != 0:
-            raise DeviceError(f"{what} failed on {self.t.where}: {_last_line(err, rc)}")
+            raise DeviceError(f"{what} failed on {self.t.where}: {_failure(err, rc)}")
         return out
 
     def close(self) -> None:
@@ -300,7 +300,7 @@ class SSHDevice:
             raise DeviceError(f"nothing to roll back to: package '{package}' {what} in {self.deploy_dir} on "
                               f"{self.t.where}; flash two versions first")
         if rc != 0:
-            raise DeviceError(f"rollback failed on {self.t.where}: {_last_line(err, rc)}")
+            raise DeviceError(f"rollback failed on {self.t.where}: {_failure(err, rc)}")
         return f"{root}/current -> {out.strip()}"
 
     def installed(self, package: str) -> dict[str, str | None]:
@@ -336,7 +336,7 @@ class SSHDevice:
             cmd = [f"{release}/ep", "run"] + (["--threads", str(threads)] if threads else []) + [f"{tmp}/out", *ins]
             rc, _, err = self.sh(cmd)
             if rc != 0:
-                raise (DimError if rc == 3 else RunError)(f"the package failed on {self.t.where}: {_last_line(err, rc)}")
+                raise (DimError if rc == 3 else RunError)(f"the package failed on {self.t.where}: {_failure(err, rc)}")
             return self._fetch_outputs(bundle, f"{tmp}/out", Path(out_dir))
         finally:
             self.sh(["rm", "-rf", tmp])
@@ -366,7 +366,7 @@ class SSHDevice:
             raise RunError(f"the bench program was killed on {self.t.where}{sig} at {dims}; nothing was measured; "
                            "check the board's memory (OOM killer) and run the bench again")
         if rc != 0:
-            raise (DimError if rc == 3 else RunError)(f"the bench program failed on {self.t.where}: {_last_line(err, rc)}")
+            raise (DimError if rc == 3 else RunError)(f"the bench program failed on {self.t.where}: {_failure(err, rc)}")
         try:
             return json.loads(out)
         except ValueError:
@@ -394,9 +394,9 @@ def _sumfile(files: dict[str, str]) -> bytes:
     return "".join(f"{d}  {rel}\n" for rel, d in sorted(files.items())).encode()
 
 
-def _last_line(err: str, rc: int) -> str:
-    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
-    return (lines[-1].removeprefix("error: ") if lines else f"exit code {rc}")[:300]
+def _failure(err: str, rc: int) -> str:
+    """What a remote command said last on stderr (the device program's "error: ..." line)."""
+    return last_line(err, f"exit code {rc}").removeprefix("error: ")
 
 
 def open_device(board: Board, conn: Connection, progress=None) -> SSHDevice:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import subprocess
 from pathlib import Path
 from string import Template
 
@@ -94,11 +93,7 @@ def build_firmware(stage: Path, model: str, cfg: McuConfig) -> MemoryReport:
 
 
 def _make(stage: Path, target: str) -> None:
-    r = subprocess.run(["make", "-s", "-j2", "-C", str(stage), target], capture_output=True, text=True)
-    if r.returncode != 0:
-        lines = (r.stderr + r.stdout).strip().splitlines() or ["make failed"]
-        first = next((ln for ln in lines if "error" in ln.lower()), lines[-1])
-        raise BuildError(f"compiling the firmware failed: {first.strip()[:300]}")
+    make(stage, target, "the firmware")
 
 
 def firmware_manifest(pkg_id: str, cfg: McuConfig) -> dict:

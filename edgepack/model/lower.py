@@ -12,7 +12,7 @@ import onnx
 import tvm
 from tvm import relax
 
-from ..errors import ModelError
+from ..errors import ModelError, last_line
 from .plan import ALIGN, Block, DimRange, KernelCall, Output, Plan, SymExpr, Tensor, align_up
 from .symexpr import c_ident, to_sym
 
@@ -29,9 +29,9 @@ class Lowered:
     kernels: dict[str, tvm.tirx.PrimFunc]
 
 
-def _first_line(e: BaseException) -> str:
-    lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
-    return lines[-1][:300] if lines else f"{type(e).__name__} inside TVM, with no message"
+def _tvm_failure(e: BaseException) -> str:
+    """TVM puts what failed on the last line of its message, after its own traceback."""
+    return last_line(str(e), f"{type(e).__name__} inside TVM, with no message")
 
 
 def import_relax(model: onnx.ModelProto) -> tvm.IRModule:
@@ -40,7 +40,7 @@ def import_relax(model: onnx.ModelProto) -> tvm.IRModule:
     try:
         return from_onnx(model, keep_params_in_input=True)
     except Exception as e:  # the frontend raises many types; the last line names the problem
-        raise ModelError(f"TVM's ONNX importer failed: {_first_line(e)}") from None
+        raise ModelError(f"TVM's ONNX importer failed: {_tvm_failure(e)}") from None
 
 
 def relax_pipeline() -> tvm.transform.Pass:
@@ -64,7 +64,7 @@ def lower(name: str, mod: tvm.IRModule, dims: list[DimRange]) -> Lowered:
         with tvm.transform.PassContext(opt_level=3):
             mod = relax_pipeline()(mod)
     except Exception as e:
-        raise ModelError(f"lowering the model failed: {_first_line(e)}") from None
+        raise ModelError(f"lowering the model failed: {_tvm_failure(e)}") from None
     plan = _PlanWalker(name, mod, dims).walk()
     kernels = {c.kernel: mod[c.kernel] for c in plan.calls}
     return Lowered(plan, kernels)

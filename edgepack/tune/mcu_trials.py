@@ -23,7 +23,7 @@ import numpy as np
 
 from ..board import Board, Connection
 from ..codegen.bundle import TEMPLATES
-from ..errors import BuildError, EdgepackError
+from ..errors import BuildError, EdgepackError, error_line, last_line
 from ..mcu.config import mcu_config
 from ..mcu.firmware import FIRMWARE, config_header, linker_script
 from ..model.plan import align_up
@@ -195,7 +195,7 @@ def _kernels_c(inputs: Sequence[MeasureInput], target) -> tuple[str, dict[int, s
             try:
                 build({name: funcs[name]})
             except Exception as e:
-                failed[k] = f"does not compile as C: {(str(e).strip().splitlines() or ['?'])[-1][:200]}"
+                failed[k] = f"does not compile as C: {last_line(str(e), '?')[:200]}"
         # renumber the survivors so trial_<k> matches their position in the image
         kept = [f for k, f in enumerate(funcs.values()) if k not in failed]
         funcs = {f"trial_{k}": f.with_attr("global_symbol", f"trial_{k}") for k, f in enumerate(kept)}
@@ -228,6 +228,4 @@ def _trials_c(inputs: Sequence[MeasureInput]) -> str:
 def _run(cmd: list[str], cwd: Path) -> None:
     r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
     if r.returncode != 0:
-        lines = (r.stderr + r.stdout).strip().splitlines() or ["failed"]
-        first = next((ln for ln in lines if "error" in ln.lower()), lines[-1])
-        raise BuildError(f"building the trial image failed: {first.strip()[:300]}")
+        raise BuildError(f"building the trial image failed: {error_line(r.stderr + r.stdout, 'failed')}")

@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from ..board import Board
-from ..errors import BuildError, EdgepackError, RPCUnavailableError
+from ..errors import BuildError, EdgepackError, RPCUnavailableError, one_line
 
 log = logging.getLogger(__name__)
 
@@ -494,24 +494,6 @@ def export_kernel(func_or_mod, board: Board, path: str | Path, *, name: str | No
     except Exception as e:  # TVM errors derive from several bases (ValueError, RuntimeError, TVMError...)
         raise BuildError(f"building {what} for board '{board.name}' failed: {one_line(e)}") from None
     return path
-
-
-def one_line(e: BaseException) -> str:
-    """An exception's message on one line: TVM puts its message after a traceback (kept: the last line),
-    and remote errors after "Error caught from RPC call:" (kept: the lines after it, joined)."""
-    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
-    if not lines:
-        return type(e).__name__
-    if lines[0].startswith("Traceback"):
-        msg = lines[-1]
-    elif lines[0].endswith("Error caught from RPC call:") and len(lines) > 1:
-        msg = " ".join(lines[1:])
-    else:
-        msg = lines[0]
-    name = type(e).__name__
-    if not msg.startswith(name) and ":" not in msg.split(" ", 1)[0]:
-        msg = f"{name}: {msg}"
-    return msg[:300]
 
 
 # ---------------------------------------------------------------------------------------------------------
