@@ -64,6 +64,11 @@ class Board:
     def vector_lanes_f32(self) -> int:
         return max(1, self.target.vector_bits // 32)
 
+    @property
+    def transport_kind(self) -> str:
+        """How packages reach the board: "local" (this machine), "ssh" or "serial"."""
+        return self.transport.get("kind", "local")
+
     def tvm_target(self):
         """The TVM target dict (FACTS.md: strings are rejected)."""
         import tvm

@@ -43,7 +43,7 @@ def _cmd_build(a: argparse.Namespace) -> int:
         print("\n".join("    " + ln for ln in (r.bundle.path / "memory.txt").read_text().splitlines()[1:]))
     from .board import load_board
 
-    if example is not None and load_board(m["board"]["name"]).transport.get("kind", "local") != "local":
+    if example is not None and load_board(m["board"]["name"]).transport_kind != "local":
         print(f"  not checked here (board {m['board']['name']} is remote): `edgepack run {r.bundle.path} ...` runs it there")
     elif example is not None:
         from .check import check_against_onnxruntime
@@ -70,7 +70,7 @@ def _cmd_run(a: argparse.Namespace) -> int:
     output_dir(a.output, "-o")
     arrays = load_inputs(a.input or [])
     board = board_for(a, bundle.manifest)
-    if board.transport.get("kind", "local") == "local":
+    if board.transport_kind == "local":
         outs = run_local(bundle, arrays, a.output, threads=a.threads)
     else:  # a remote board: inputs uploaded, the run program executed there, outputs fetched
         dev = open_device(board, connection_from_args(a, board))

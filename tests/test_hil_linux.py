@@ -79,7 +79,7 @@ def _arm64_tvm() -> str:
 
 @pytest.fixture(scope="module")
 def hil(request, tmp_path_factory):
-    names = [n for n in request.config.getoption("--board") if load_board(n).transport.get("kind") == "ssh"]
+    names = [n for n in request.config.getoption("--board") if load_board(n).transport_kind == "ssh"]
     if request.config.getoption("--board") and not names:
         pytest.skip("no Linux (SSH) board among --board")
     if names:
@@ -261,7 +261,7 @@ def _one_line_exit_2(r: subprocess.CompletedProcess, needle: str) -> None:
 
 
 def test_unreachable_host(hil, encoder):
-    from edgepack.standin.qemu_linux import free_port
+    from edgepack.net import free_port
 
     port = free_port()  # nothing listens there
     r = hil.edgepack("flash", str(encoder.path), "--board", hil.board.name, "--host", "127.0.0.1", "--port", str(port))
@@ -404,7 +404,7 @@ def tracker(hil):
     """A TVM RPC tracker (the tuning host's side; on loopback for the stand-in), stopped by process group."""
     import signal
 
-    from edgepack.standin.qemu_linux import free_port
+    from edgepack.net import free_port
 
     port = free_port()
     bind = "127.0.0.1" if hil.standin else "0.0.0.0"  # a real board connects to it from the network
@@ -425,7 +425,7 @@ def test_rpc_path_measured_on_board(hil, tracker, tmp_path):
         pytest.skip(hil.rpc_skip)
     from tvm import te
 
-    from edgepack.standin.qemu_linux import free_port
+    from edgepack.net import free_port
     from edgepack.errors import RPCUnavailableError
     from edgepack.tune.rpc import Measurer, MeasureInput
 

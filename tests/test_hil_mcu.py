@@ -33,7 +33,7 @@ TOL = 1e-4
 
 def _mcu_board_name(config) -> str | None:
     named = config.getoption("--board")
-    mcus = [b for b in named if load_board(b).transport.get("kind") == "serial"]
+    mcus = [b for b in named if load_board(b).transport_kind == "serial"]
     return mcus[0] if mcus else (None if named else "mps2-an386")
 
 

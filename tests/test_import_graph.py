@@ -11,7 +11,7 @@ PKG = Path(__file__).resolve().parents[1] / "edgepack"
 
 # Lowest first; a module may import from its own layer and the layers before it.
 LAYERS = [
-    {"edgepack", "errors", "resources", "paths", "argtypes"},
+    {"edgepack", "errors", "resources", "paths", "argtypes", "net"},
     {"board", "examples"},
     {"model"},
     {"schedule"},

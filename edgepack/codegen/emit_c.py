@@ -14,7 +14,7 @@ from ..model.plan import ALIGN, Plan, SymExpr, Tensor, align_up
 from ..schedule.variants import KernelImpl
 from .dispatch import Dispatcher, FixedChoice
 
-_DL_CODE = {"i": 0, "u": 1, "f": 2, "b": 6}
+DL_TYPE_CODE = {"i": 0, "u": 1, "f": 2, "b": 6}  # DLPack's type codes, by numpy dtype kind
 
 
 @dataclass
@@ -257,7 +257,7 @@ class _Emitter:
 
     def _tensor_setup(self, t: Tensor) -> list[str]:
         dt = np.dtype(t.dtype)
-        code = _DL_CODE[dt.kind]
+        code = DL_TYPE_CODE[dt.kind]
         bits = 8 if dt.kind == "b" else dt.itemsize * 8
         lines = [f"  /* t{t.id} {c_comment(t.name)}: {t.kind} {t.dtype}[{', '.join(s.c for s in t.shape)}] */"]
         lines += [f"  ctx->shape[{t.id}][{a}] = {s.c};" for a, s in enumerate(t.shape)]

@@ -45,7 +45,7 @@ def board_for(a: argparse.Namespace, manifest: dict | None):
 def ssh_device(board, a: argparse.Namespace, conn=None):
     from ..deploy.device import open_device
 
-    if board.transport.get("kind") != "ssh":
+    if board.transport_kind != "ssh":
         raise BoardError(f"board '{board.name}' is not reached over SSH (transport '{board.transport.get('kind', 'local')}'); "
                          "use a Linux board (rpi4, qemu-aarch64, ...)")
     return open_device(board, conn or connection_from_args(a, board))

@@ -36,7 +36,7 @@ def _baseline_model(bundle, model: str | None) -> Path:
 def _open_baseline(model: Path | None, board):
     if model is None:
         return None
-    kind = board.transport.get("kind", "local")
+    kind = board.transport_kind
     if kind != "local":
         raise BenchError(f"--baseline onnxruntime runs onnxruntime on this machine, so it needs a local board "
                          f"(--board host); board '{board.name}' is reached over {kind}")

@@ -22,7 +22,7 @@ def _cmd(a: argparse.Namespace) -> int:
     board = board_for(a, bundle.manifest if bundle else None)
     if bundle is not None:
         check_board(bundle, board)  # before connecting: a package for another board is never sent
-    if board.transport.get("kind") == "serial":
+    if board.transport_kind == "serial":
         return _flash_serial(a, board, bundle)
     if getattr(a, "serial", None):
         raise BoardError(f"--serial is for microcontroller boards; board '{board.name}' is reached over "

@@ -55,7 +55,7 @@ def _measurer(a, board, stack):
     from ..errors import EdgepackError
     from ..tune.rpc import LocalRPC, Measurer
 
-    if board.transport.get("kind") == "serial":
+    if board.transport_kind == "serial":
         return _mcu_measurer(a, board, stack)
     if a.serial:
         raise EdgepackError(f"--serial is for microcontroller boards; board '{board.name}' is measured over RPC "
@@ -67,7 +67,7 @@ def _measurer(a, board, stack):
         return stack.enter_context(Measurer(board, tracker=tracker, key=a.key))
     if server:
         return stack.enter_context(Measurer(board, server=server, key=a.key or ""))
-    if board.transport.get("kind", "local") != "local":
+    if board.transport_kind != "local":
         raise EdgepackError(f"board '{board.name}' runs kernels elsewhere: give its RPC tracker with "
                             "--tracker HOST:PORT (or a server with --server HOST:PORT)")
     farm = stack.enter_context(LocalRPC(key=board.rpc_key, servers=1))

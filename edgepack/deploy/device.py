@@ -62,7 +62,7 @@ _TRANSPORTS = {"local": "local", "ssh": "ssh", "serial": "serial"}
 
 
 def open_device(board: Board, conn: Connection | None = None) -> Device:
-    kind = board.transport.get("kind", "local")
+    kind = board.transport_kind
     if kind not in _TRANSPORTS:
         raise BoardError(f"board '{board.name}' ({board.path}): [transport] kind '{kind}' is not one of "
                          f"{', '.join(_TRANSPORTS)}; fix the board file")

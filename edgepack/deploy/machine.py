@@ -32,7 +32,7 @@ def _clock_mhz() -> float | None:
 
 
 def local_facts(board) -> dict:
-    return {"board": board.name, "transport": board.transport.get("kind", "local"),
+    return {"board": board.name, "transport": board.transport_kind,
             "cpu": _cpuinfo("model name") or platform.processor() or board.target.cpu,
             "llvm_cpu": board.target.cpu, "cores": os.cpu_count(), "clock_mhz": _clock_mhz(),
             "os": f"{platform.system()} {platform.release()}", "arch": platform.machine(),
@@ -40,7 +40,7 @@ def local_facts(board) -> dict:
 
 
 def board_facts(board) -> dict:
-    return {"board": board.name, "transport": board.transport.get("kind", "local"), "cpu": board.target.cpu,
+    return {"board": board.name, "transport": board.transport_kind, "cpu": board.target.cpu,
             "llvm_cpu": board.target.cpu, "cores": board.target.cores, "clock_mhz": None, "os": "unknown",
             "arch": board.target.triple.split("-")[0], "hostname": None}
 

@@ -20,7 +20,6 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ from pathlib import Path
 
 from ..board import Board, Connection
 from ..errors import BoardError
+from ..net import free_port
 
 SSHD = "/usr/sbin/sshd"
 START_TIMEOUT_S = 15
@@ -83,12 +83,6 @@ def binfmt_rule(machine: int, interpreter: str) -> bytes:
     mask = b"\xff" * 7 + b"\x00" + b"\xff" * 8 + b"\xfe\xff\xff\xff"
     esc = lambda b: "".join(f"\\x{c:02x}" for c in b)  # noqa: E731
     return f":edgepack-{machine}:M::{esc(magic)}:{esc(mask)}:{interpreter}:F".encode()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _check_host(board: Board, qemu: str | None) -> None:

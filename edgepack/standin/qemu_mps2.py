@@ -12,13 +12,13 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 from ..board import Board, Connection
 from ..errors import BoardError
+from ..net import free_port
 
 QEMU = "qemu-system-arm"
 START_TIMEOUT_S = 10
@@ -43,7 +43,7 @@ def up(board: Board, state: Path) -> Connection:
     if not shutil.which(QEMU):
         raise BoardError(f"the {board.name} stand-in needs {QEMU}; install it: apt-get install qemu-system-arm")
     sc = board.section("standin")
-    port = _free_port()
+    port = free_port()
     cmd = [QEMU, "-M", sc.get("machine", board.name), "-nographic", "-monitor", "none", "-kernel", str(elf),
            "-serial", f"tcp:127.0.0.1:{port},server=on,wait=on", "-icount", f"shift={int(sc.get('icount_shift', 4))}"]
     with open(state / "qemu.log", "wb") as log:
@@ -105,12 +105,6 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)  # our own child (started in this process): collect it
     except ChildProcessError:
         pass
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _listening(port: int) -> bool:

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..board import Board, Connection
 from ..codegen.bundle import TEMPLATES
+from ..codegen.emit_c import DL_TYPE_CODE
 from ..errors import BuildError, EdgepackError, error_line, last_line
 from ..mcu.config import mcu_config
 from ..mcu.firmware import FIRMWARE, config_header, linker_script
@@ -30,7 +31,6 @@ from ..model.plan import align_up
 from .rpc import MeasureInput, MeasureResult
 
 CMD_INFO, CMD_TRIAL = 1, 16
-_DL = {"f": 2, "i": 0, "u": 1, "b": 6}
 RUNTIME = ("ep_runtime.c", "ep_runtime.h", "ep_internal.h", "ep_tvm_abi.h", "ep_platform.h", "ep_platform_single.c")
 FW_SOURCES = ("ep_fw_trials.c", "ep_fw_proto.c", "ep_fw_uart.c", "ep_fw_timer.c", "ep_fw_startup.c")
 OVERHEAD_RAM = 8192  # firmware data, frame buffer and runtime state, besides the stack
@@ -216,7 +216,7 @@ def _trials_c(inputs: Sequence[MeasureInput]) -> str:
             out.append(f"static int64_t t{k}_s{a}[] = {{{', '.join(str(int(s)) for s in shape) or '1'}}};")
             nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
             bits = 8 if dtype.kind == "b" else dtype.itemsize * 8
-            args.append(f"{{0, {_DL[dtype.kind]}, {bits}, {len(shape)}, t{k}_s{a}, {nbytes}u}}")
+            args.append(f"{{0, {DL_TYPE_CODE[dtype.kind]}, {bits}, {len(shape)}, t{k}_s{a}, {nbytes}u}}")
         if len(args) > 16:
             raise BuildError(f"candidate {inp.func_name} has {len(args)} arguments; trial images take up to 16")
         out.append(f"static const ep_fw_arg_t t{k}_args[] = {{{', '.join(args)}}};")

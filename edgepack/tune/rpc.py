@@ -54,6 +54,7 @@ from typing import Any
 
 from ..board import Board
 from ..errors import BuildError, EdgepackError, RPCUnavailableError, one_line
+from ..net import free_port
 
 log = logging.getLogger(__name__)
 
@@ -66,12 +67,6 @@ _TRACKER_SUMMARY = 6
 
 # ---------------------------------------------------------------------------------------------------------
 # tracker protocol: [int32 length][json], after a 4-byte magic handshake
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 class _TrackerConn:
