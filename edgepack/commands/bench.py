@@ -11,6 +11,7 @@ from pathlib import Path
 
 from .. import argtypes
 from ..errors import BenchError
+from ._connection import add_connection_args, connection_from_args
 
 
 def _baseline_model(bundle, model: str | None) -> Path:
@@ -82,7 +83,7 @@ def _ticks_meaning(board) -> str:
 def _cmd(a: argparse.Namespace) -> int:
     from ..board import load_board
     from ..codegen.bundle import Bundle
-    from ..deploy.device import connection_for, open_device
+    from ..deploy.device import check_board, open_device
     from ..report import grid, runner
     from ..paths import output_file
     from ..deploy.machine import device_facts
@@ -91,9 +92,8 @@ def _cmd(a: argparse.Namespace) -> int:
     output_file(a.output, "-o", "run.json")  # before measuring, not after
     bundle = Bundle.open(a.bundle)
     built_for = bundle.manifest["board"]["name"]
-    if a.board and a.board != built_for:
-        raise BenchError(f"package '{a.bundle}' was built for board '{built_for}', not '{a.board}'; "
-                         f"bench it with --board {built_for} or rebuild it with --board {a.board}")
+    if a.board:
+        check_board(bundle, a.board)
     # the user's mistakes first: loading a board can take seconds (TVM resolves "native" cpus)
     sizes = grid.grid(bundle.manifest, grid.parse_sizes(a.sizes))
     model = _baseline_model(bundle, a.model) if a.baseline else None
@@ -101,7 +101,7 @@ def _cmd(a: argparse.Namespace) -> int:
     settings = runner.settings_from_board(board, a.warmup, a.repeat, a.min_time, a.threads, a.profile)
     rounds = a.rounds or (3 if a.baseline else 1)
     baseline = _open_baseline(model, board)
-    conn = connection_for(board, host=a.host, user=a.user, key=a.key, port=a.port, serial=a.serial)
+    conn = connection_from_args(a, board)
     device = open_device(board, conn)
     try:
         device.install(bundle)
@@ -123,7 +123,6 @@ def _cmd(a: argparse.Namespace) -> int:
 def register(sub) -> None:
     p = sub.add_parser("bench", help="time a built package on a board, size by size -> JSON for `edgepack report`")
     p.add_argument("bundle", help="the package directory (from `edgepack build`)")
-    p.add_argument("--board", help="board name (default: the board the package was built for)")
     p.add_argument("--sizes", action="append", metavar="NAME=V1,V2,...",
                    help="values of one dim (repeat per dim; grid = product; unnamed dims take their minimum; "
                         "default: a few sizes across each range)")
@@ -141,10 +140,5 @@ def register(sub) -> None:
                    "board's cores) on the same model and sizes, interleaved (local boards)")
     p.add_argument("--model", help="the .onnx the package was built from (for --baseline; bundled examples are found)")
     p.add_argument("-o", "--output", default="run.json", help="bench result file (default: run.json)")
-    g = p.add_argument_group("connection (boards reached over SSH or serial)")
-    g.add_argument("--host", help="board address (default: a running stand-in's)")
-    g.add_argument("--user", help="SSH user")
-    g.add_argument("--key", help="SSH private key file")
-    g.add_argument("--port", type=argtypes.port, help="SSH port")
-    g.add_argument("--serial", help="serial port or pyserial URL of a microcontroller board")
+    add_connection_args(p, serial=True)
     p.set_defaults(fn=_cmd)

@@ -15,7 +15,7 @@ def _cmd(a: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ..codegen.bundle import Bundle
-    from ..deploy.ssh import check_board
+    from ..deploy.device import check_board
 
     is_bundle = (Path(a.bundle) / "manifest.json").exists()
     bundle = Bundle.open(a.bundle) if is_bundle or not a.rollback else None

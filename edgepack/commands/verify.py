@@ -36,7 +36,7 @@ def report(results, where: str) -> bool:
 def _cmd(a: argparse.Namespace) -> int:
     from ..codegen.bundle import Bundle
     from ..deploy.device import open_device
-    from ..deploy.ssh import check_board
+    from ..deploy.device import check_board
 
     bundle = Bundle.open(a.bundle)
     board = board_for(a, bundle.manifest)

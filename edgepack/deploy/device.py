@@ -61,6 +61,15 @@ class Device(Protocol):
 _TRANSPORTS = {"local": "local", "ssh": "ssh", "serial": "serial"}
 
 
+def check_board(bundle: Bundle, board_name: str | Board) -> None:
+    """Refuse, before anything is sent or run, a package compiled for another board."""
+    name = board_name if isinstance(board_name, str) else board_name.name
+    built_for = bundle.manifest.get("board", {}).get("name")
+    if built_for != name:
+        raise BoardError(f"package '{bundle.path}' was built for board '{built_for}', not '{name}'; "
+                         f"rebuild it with `edgepack build ... --board {name}`")
+
+
 def open_device(board: Board, conn: Connection | None = None) -> Device:
     kind = board.transport_kind
     if kind not in _TRANSPORTS:

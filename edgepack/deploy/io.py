@@ -49,11 +49,26 @@ def dims_of(manifest: dict, arrays: list[np.ndarray]) -> dict[str, int]:
                     raise DimError(f"dim {d['name']} is {dims[d['name']]} in one input and {n} in '{spec['name']}'")
                 dims[d["name"]] = n
     for d in manifest["dims"]:
-        v = dims.get(d["name"])
-        if v is not None and not d["min"] <= v <= d["max"]:
-            raise DimError(f"dim {d['name']} = {v} is outside the package's range {d['min']}..{d['max']}; "
-                           f"rebuild with --dim {d['name']}=MIN:MAX covering it")
+        if d["name"] in dims:
+            _check_range(d, dims[d["name"]])
     return dims
+
+
+def full_dims(manifest: dict, dims: dict[str, int]) -> dict[str, int]:
+    """Every dim of the package, given and within its range, in the manifest's order."""
+    out = {}
+    for d in manifest["dims"]:
+        if d["name"] not in dims:
+            raise DimError(f"no size given for dim {d['name']}; pass it like {d['name']}={d['min']}")
+        out[d["name"]] = _check_range(d, int(dims[d["name"]]))
+    return out
+
+
+def _check_range(d: dict, v: int) -> int:
+    if not d["min"] <= v <= d["max"]:
+        raise DimError(f"dim {d['name']} = {v} is outside the package's range {d['min']}..{d['max']}; "
+                       f"rebuild with --dim {d['name']}=MIN:MAX covering it")
+    return v
 
 
 def shape_of(manifest: dict, spec_shape: list, dims: dict[str, int]) -> list[int]:

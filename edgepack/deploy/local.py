@@ -12,7 +12,7 @@ import numpy as np
 
 from ..codegen.bundle import Bundle
 from ..errors import DimError, RunError, last_line
-from .io import dims_of, output_file
+from .io import dims_of, full_dims, output_file
 
 
 def run_local(bundle: Bundle, arrays: list[np.ndarray], out_dir: str | Path, threads: int | None = None,
@@ -54,15 +54,7 @@ def program(bundle: Bundle) -> Path:
 def bench_args(bundle: Bundle, dims: dict[str, int], settings, profile: bool = False) -> list[str]:
     """`ep bench`'s arguments (same on every POSIX board): options, then one value per dim in order.
     profile: time every kernel call too (a run of its own, so the plain samples carry no timer calls)."""
-    values = []
-    for d in bundle.manifest["dims"]:  # refused here, before anything runs on a board
-        if d["name"] not in dims:
-            raise DimError(f"no size given for dim {d['name']}; pass it like {d['name']}={d['min']}")
-        v = int(dims[d["name"]])
-        if not d["min"] <= v <= d["max"]:
-            raise DimError(f"dim {d['name']} = {v} is outside the package's range {d['min']}..{d['max']}; "
-                           f"rebuild with --dim {d['name']}=MIN:MAX covering it")
-        values.append(str(v))
+    values = [str(v) for v in full_dims(bundle.manifest, dims).values()]  # refused here, before anything runs
     opts = {"--threads": settings.threads, "--warmup": settings.warmup, "--repeat": settings.repeat,
             "--min-time-ms": 0 if profile else settings.min_time_ms}
     args = ["bench", *(["--profile"] if profile else [])]

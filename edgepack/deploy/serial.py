@@ -19,11 +19,11 @@ import numpy as np
 
 from ..board import Board, Connection
 from ..codegen.bundle import Bundle
-from ..errors import BoardError, DimError, RunError, last_line
+from ..errors import BoardError, RunError, last_line
 from ..mcu import protocol as P
 from ..mcu.config import mcu_config
-from .device import BenchResult, BenchSettings
-from .io import dims_of, output_file, random_inputs, shape_of
+from .device import BenchResult, BenchSettings, check_board
+from .io import dims_of, full_dims, output_file, random_inputs, shape_of
 
 RUN_TIMEOUT_S = 300  # one request may run the model many times on a slow (emulated) core
 
@@ -71,7 +71,7 @@ class SerialDevice:
             raise RunError(f"--profile is not available on board '{self.board.name}' yet (the serial firmware "
                            "does not time kernel calls); run the bench without --profile")
         self._check(bundle)
-        for i, a in enumerate(random_inputs(bundle.manifest, self._full_dims(bundle, dims))):
+        for i, a in enumerate(random_inputs(bundle.manifest, full_dims(bundle.manifest, dims))):
             self._set_input(i, np.ascontiguousarray(a).tobytes())
         samples: list[int] = []
         per_frame = int(self.info.fields["max_payload"]) // 8
@@ -91,10 +91,7 @@ class SerialDevice:
 
     # -- helpers ------------------------------------------------------------------------------------------
     def _firmware(self, bundle: Bundle) -> Path:
-        built_for = bundle.manifest["board"]["name"]
-        if built_for != self.board.name:
-            raise RunError(f"package '{bundle.path}' was built for board '{built_for}', not '{self.board.name}'; "
-                           f"rebuild it with --board {self.board.name}")
+        check_board(bundle, self.board)
         fw = bundle.manifest.get("firmware")
         if not fw or not (bundle.path / fw["elf"]).exists():
             raise RunError(f"package '{bundle.path}' has no firmware image; rebuild it with `edgepack build --board "
@@ -125,19 +122,8 @@ class SerialDevice:
         return P.Info.parse(self.link.request(P.INFO, timeout=10).message)
 
     def _dims(self, bundle: Bundle, dims: dict[str, int]) -> bytes:
-        full = self._full_dims(bundle, dims)
+        full = full_dims(bundle.manifest, dims)
         return struct.pack(f"<{len(full)}q", *full.values())
-
-    @staticmethod
-    def _full_dims(bundle: Bundle, dims: dict[str, int]) -> dict[str, int]:
-        missing = [d["name"] for d in bundle.manifest["dims"] if d["name"] not in dims]
-        if missing:
-            raise DimError(f"no value for dim(s) {', '.join(missing)}; give every dim of package '{bundle.name}'")
-        for d in bundle.manifest["dims"]:
-            if not d["min"] <= dims[d["name"]] <= d["max"]:
-                raise DimError(f"dim {d['name']} = {dims[d['name']]} is outside the package's range "
-                               f"{d['min']}..{d['max']}; rebuild with --dim {d['name']}=MIN:MAX covering it")
-        return {d["name"]: int(dims[d["name"]]) for d in bundle.manifest["dims"]}
 
     def _set_input(self, index: int, data: bytes) -> None:
         step = int(self.info.fields["max_payload"]) - 8

@@ -27,8 +27,8 @@ import paramiko
 
 from ..board import Board, Connection
 from ..codegen.bundle import Bundle, verify
-from ..errors import BoardError, DeviceError, DimError, RunError, last_line
-from .device import BenchResult, BenchSettings
+from ..errors import DeviceError, DimError, RunError, last_line
+from .device import BenchResult, BenchSettings, check_board
 from .io import dims_of, output_file
 from .local import bench_args, calls_of
 
@@ -75,14 +75,6 @@ def ssh_target(board: Board, conn: Connection) -> SSHTarget:
                      key=str(Path(key).expanduser()) if key else None,
                      known_hosts=conn.extra.get("known_hosts"), accept_new_host_key=conn.accept_new_host_key,
                      deploy_dir=conn.extra.get("deploy_dir") or deploy.get("dir", "~/edgepack"))
-
-
-def check_board(bundle: Bundle, board: Board) -> None:
-    """Refuse, before anything is sent, a package compiled for another board."""
-    built_for = bundle.manifest.get("board", {}).get("name")
-    if built_for != board.name:
-        raise BoardError(f"package '{bundle.path}' was built for board '{built_for}', not '{board.name}'; "
-                         f"rebuild it with `edgepack build ... --board {board.name}`")
 
 
 class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
