@@ -64,6 +64,12 @@ class Board:
     def vector_lanes_f32(self) -> int:
         return max(1, self.target.vector_bits // 32)
 
+    @property
+    def vector_registers(self) -> int:
+        """Architectural vector registers: 32 with AVX-512 and on aarch64 (NEON), else 16 (AVX2, SSE, armv7)."""
+        t = self.target
+        return 32 if t.vector_bits >= 512 or t.triple.startswith("aarch64") else 16
+
     def tvm_target(self):
         """The TVM target dict (FACTS.md: strings are rejected)."""
         import tvm
