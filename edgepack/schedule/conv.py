@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import tvm
+import tvm.sym
 from tvm import s_tir, tirx
 
 from .dense import _fuse_epilogue
@@ -153,10 +154,15 @@ def schedule_conv(func: tirx.PrimFunc, block: str, tiles: ConvTiles, parallel: b
     if vectorize:
         sch.vectorize(xi)
         _vectorize_epilogue(sch, blk)
-    outer = sch.fuse(*order[:2]) if own else sch.fuse(*order)
+    padded = bool(sch.get_producers(blk))
+    # items: an image's channel block (own channels); an image's tiles, the image's padded copy made just
+    # before them (one image at a time, not the whole batch); any image's tiles (unpadded)
+    items = order[:2] if own else order[1:] if padded else order
+    outer = sch.fuse(*items)
     if parallel:
         sch.parallel(outer)
-    _schedule_padding(sch, blk, outer if own else None, parallel, vectorize)
+    if padded:
+        _schedule_padding(sch, blk, outer if own else n, stride_of(sch, blk), parallel and not own, vectorize)
     sch.decompose_reduction(blk, rc)
     return sch.mod["main"]
 
@@ -193,23 +199,37 @@ def _consumers_deep(sch: s_tir.Schedule, blk) -> list:
     return out
 
 
-def _schedule_padding(sch: s_tir.Schedule, blk, at, parallel: bool, vectorize: bool) -> None:
-    """The zero-padding copy: inside the work item `at` (its channels only), else one parallel nest over
-    images x channels before the convolution. Its zero fill is split from the copy of the interior, so
-    both are plain vector loops with no per-element bounds check."""
+def _schedule_padding(sch: s_tir.Schedule, blk, at, stride: int, parallel: bool, vectorize: bool) -> None:
+    """The zero-padding copy, computed at `at` (a work item: its channels only; or an image). With a column
+    stride s its columns are stored de-interleaved, [.., x % s, x // s], so the convolution reads each
+    output tile's inputs as contiguous vectors instead of gathering every s-th float. Its zero fill is split
+    from the copy of the interior, so both are plain vector loops with no per-element bounds check."""
     for p in sch.get_producers(blk):
-        if at is not None:
-            sch.compute_at(p, at)
-        elif parallel and len(sch.get_loops(p)) >= 2:
-            sch.parallel(sch.fuse(*sch.get_loops(p)[:2]))
+        width = int(sch.get(p).iter_vars[3].dom.extent)  # of the padded copy
+        sch.compute_at(p, at)
+        if stride > 1 and width % stride == 0:  # else the layout would need a predicate for its last column
+            sch.transform_layout(p, ("write", 0), lambda n, c, y, x: (n, c, y, x % stride, x // stride))
+        if parallel:
+            sch.parallel(sch.get_loops(p)[1])
         if not vectorize:
             continue
         try:
-            fill = sch.decompose_padding(p, sch.get_loops(p)[-3 if at is not None else -2])
+            fill = sch.decompose_padding(p, sch.get_loops(p)[-3])
         except Exception:  # ScheduleError: not a padding pattern it knows; leave the one scalar nest
             continue
         for b in (fill, p):
             sch.vectorize(sch.get_loops(b)[-1])
+
+
+def stride_of(sch: s_tir.Schedule, blk) -> int:
+    """The column stride of a convolution that reads a padded copy: the coefficient of x in its index."""
+    block = sch.get(blk)
+    x = block.iter_vars[3].var
+    for region in block.reads:
+        if len(region.region) == 4 and region.script().startswith("pad_temp"):
+            coef = tvm.sym.detect_linear_equation(region.region[3].min, [x])
+            return int(coef[0]) if len(coef) == 2 else 1
+    return 1
 
 
 def _producers(func: tirx.PrimFunc, block: str) -> list:
