@@ -207,7 +207,8 @@ def _schedule_padding(sch: s_tir.Schedule, blk, at, stride: int, parallel: bool,
     for p in sch.get_producers(blk):
         width = int(sch.get(p).iter_vars[3].dom.extent)  # of the padded copy
         sch.compute_at(p, at)
-        if stride > 1 and width % stride == 0:  # else the layout would need a predicate for its last column
+        deinterleave = stride > 1 and width % stride == 0  # else the layout would need a predicate
+        if deinterleave:
             sch.transform_layout(p, ("write", 0), lambda n, c, y, x: (n, c, y, x % stride, x // stride))
         if parallel:
             sch.parallel(sch.get_loops(p)[1])
@@ -217,8 +218,13 @@ def _schedule_padding(sch: s_tir.Schedule, blk, at, stride: int, parallel: bool,
             fill = sch.decompose_padding(p, sch.get_loops(p)[-3])
         except Exception:  # ScheduleError: not a padding pattern it knows; leave the one scalar nest
             continue
-        for b in (fill, p):
-            sch.vectorize(sch.get_loops(b)[-1])
+        sch.vectorize(sch.get_loops(fill)[-1])
+        x = sch.get_loops(p)[-1]
+        if deinterleave and int(sch.get(x).extent) % stride == 0:  # write each column phase contiguously
+            xo, phase = sch.split(x, [None, stride])
+            sch.reorder(phase, xo)
+            x = xo
+        sch.vectorize(x)
 
 
 def stride_of(sch: s_tir.Schedule, blk) -> int:
