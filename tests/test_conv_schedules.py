@@ -91,3 +91,18 @@ def test_strided_conv_reads_deinterleaved_columns(conv_zoo):
         if (block := conv_block(func)) and int(func.params[0].shape[3]) == 2 * int(func.params[-1].shape[3]):
             text = schedule_conv(func, block, ConvTiles.default(extents_of(func, block), 16, 32), True).script()
             assert "% T.int64(2), " in text, block  # [.., y, x % 2, x // 2]
+
+
+def test_single_channel_rectangular_stem_matches_onnxruntime(build_cache, tmp_path):
+    """DS-CNN's stem: one input channel (its loop vanishes from the padding copy), a 10x4 kernel, stride 2,
+    padding 5 rows x 1 column."""
+    rng = np.random.default_rng(1)
+    w = numpy_helper.from_array(rng.standard_normal((16, 1, 10, 4)).astype(np.float32), "w")
+    node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[10, 4], strides=[2, 2], pads=[5, 1, 5, 1])
+    graph = helper.make_graph([node], "stem", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 1, 49, 10])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16, 25, 5])], [w])
+    path = tmp_path / "stem.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    bundle = build_cache(path, {"batch": BATCH}, "conv_stem")
+    for dims, err in check_against_onnxruntime(bundle, path, [{"batch": b} for b in (1, 5, 8)]):
+        assert err < TOL, f"at {dims}: max relative error {err:.2e}"

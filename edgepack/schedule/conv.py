@@ -154,16 +154,18 @@ def schedule_conv(func: tirx.PrimFunc, block: str, tiles: ConvTiles, parallel: b
     if vectorize:
         sch.vectorize(xi)
         _vectorize_epilogue(sch, blk)
-    padded = bool(sch.get_producers(blk))
+    pads = sch.get_producers(blk)
+    padded = bool(pads)
     # items: an image's channel block (own channels); an image's tiles, the image's padded copy made just
     # before them (one image at a time, not the whole batch); any image's tiles (unpadded)
     items = order[:2] if own else order[1:] if padded else order
     outer = sch.fuse(*items)
     if parallel:
         sch.parallel(outer)
+    stride = stride_of(sch, blk)
+    sch.decompose_reduction(blk, rc)  # before the padding's compute-at, which can drop rc's unit loop
     if padded:
-        _schedule_padding(sch, blk, outer if own else n, stride_of(sch, blk), parallel and not own, vectorize)
-    sch.decompose_reduction(blk, rc)
+        _schedule_padding(sch, pads, outer if own else n, stride, parallel and not own, vectorize)
     return sch.mod["main"]
 
 
@@ -199,12 +201,12 @@ def _consumers_deep(sch: s_tir.Schedule, blk) -> list:
     return out
 
 
-def _schedule_padding(sch: s_tir.Schedule, blk, at, stride: int, parallel: bool, vectorize: bool) -> None:
+def _schedule_padding(sch: s_tir.Schedule, pads: list, at, stride: int, parallel: bool, vectorize: bool) -> None:
     """The zero-padding copy, computed at `at` (a work item: its channels only; or an image). With a column
     stride s its columns are stored de-interleaved, [.., x % s, x // s], so the convolution reads each
     output tile's inputs as contiguous vectors instead of gathering every s-th float. Its zero fill is split
     from the copy of the interior, so both are plain vector loops with no per-element bounds check."""
-    for p in sch.get_producers(blk):
+    for p in pads:
         width = int(sch.get(p).iter_vars[3].dom.extent)  # of the padded copy
         sch.compute_at(p, at)
         deinterleave = stride > 1 and width % stride == 0  # else the layout would need a predicate
@@ -215,7 +217,7 @@ def _schedule_padding(sch: s_tir.Schedule, blk, at, stride: int, parallel: bool,
         if not vectorize:
             continue
         try:
-            fill = sch.decompose_padding(p, sch.get_loops(p)[-3])
+            fill = sch.decompose_padding(p, sch.get_loops(p)[1])  # the first loop inside `at`
         except Exception:  # ScheduleError: not a padding pattern it knows; leave the one scalar nest
             continue
         sch.vectorize(sch.get_loops(fill)[-1])
