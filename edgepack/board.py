@@ -69,6 +69,12 @@ class Board:
         """How packages reach the board: "local" (this machine), "ssh" or "serial"."""
         return self.transport.get("kind", "local")
 
+    @property
+    def vector_registers(self) -> int:
+        """Architectural vector registers: 32 with AVX-512 and on aarch64 (NEON), else 16 (AVX2, SSE, armv7)."""
+        t = self.target
+        return 32 if t.vector_bits >= 512 or t.triple.startswith("aarch64") else 16
+
     def tvm_target(self):
         """The TVM target dict (FACTS.md: strings are rejected)."""
         import tvm

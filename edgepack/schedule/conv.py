@@ -1,10 +1,19 @@
-"""A micro-kernel schedule for conv2d (NCHW) with a dynamic batch.
+"""Micro-kernel schedules for conv2d (NCHW) with a dynamic batch: standard, grouped, depthwise, pointwise.
 
 Tiles cover output channels x output rows x output columns of ONE image (the column tile vectorized, the
 channel and row tiles unrolled into a block of accumulators). Tile sizes divide the static extents, and no
 tile crosses the batch axis: images are whole work items, so the kernel has no bounds-check predicate for any
-batch size and needs no edge variant. Images x channel blocks x row blocks run in parallel (so one image
-still fills every core); the padded input is its own loop nest, parallel over images x channels.
+batch size and needs no edge variant. Images x spatial tiles x channel blocks run in parallel, channel blocks
+innermost, so consecutive work items of a thread reuse the same input tile from cache.
+
+Pointwise (1x1, stride 1, unpadded) kernels are GEMMs over the image's pixels: Y[f, p] = sum_c W[f, c] X[c, p]
+with p = y * W + x. Their rows and columns are fused into p before tiling, so a 7x7 or 14x14 feature map
+still gets full vectors (a column tile of 7 wastes most of a 16-lane register).
+
+Padded convolutions first copy the input into a zero-bordered buffer. Depthwise and grouped kernels copy
+only the channels a work item reads, inside the work item (the copy stays in cache and in a per-thread
+workspace, not a whole padded tensor); the copy's interior is split from its zero border
+(`decompose_padding`) so it runs as plain vector copies without a per-element bounds check.
 """
 
 from __future__ import annotations
@@ -12,26 +21,68 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import tvm
+import tvm.sym
 from tvm import s_tir, tirx
 
 from .dense import _fuse_epilogue
+
+CONV_BLOCKS = ("conv2d_nchw", "group_conv2d_nchw", "depthwise_conv2d_nchw")
+MAX_ROWS = 2  # output rows per depthwise tile: more rows (7, 14) measured slower on the host
 
 
 @dataclass(frozen=True)
 class ConvTiles:
     oc: int  # output channels per tile (unrolled)
-    oh: int  # output rows per tile (unrolled)
-    ow: int  # output columns per tile (vectorized)
+    oh: int  # output rows per tile (unrolled); 1 for pointwise kernels
+    ow: int  # output columns per tile (vectorized); pixels of the fused rows x columns for pointwise kernels
+
+    @staticmethod
+    def default(ext: ConvExtents, lanes: int, registers: int) -> ConvTiles:
+        """Untuned tiles from the board's vector width and register count: the column tile that fills its
+        vectors best, then an accumulator block of output channels (x output rows for depthwise and grouped
+        kernels, whose channels share no input) that fits the registers, keeping four for the loads and
+        broadcasts."""
+        ow = max(column_tiles(ext.cols, lanes), key=lambda c: (c / (vectors(c, lanes) * lanes), min(c, 4 * lanes)))
+        budget = max(1, (registers - 4) // vectors(ow, lanes))
+        oh = max(d for d in range(1, min(budget, MAX_ROWS) + 1) if ext.h % d == 0) if ext.own and not ext.flat else 1
+        oc = max(d for d in (1, 2, 4, 8, 16) if ext.f % d == 0 and d * oh <= budget)
+        return ConvTiles(oc=oc, oh=oh, ow=ow)
+
+
+@dataclass(frozen=True)
+class ConvExtents:
+    """The static extents of a conv2d block."""
+
+    f: int  # output channels
+    h: int  # output rows
+    w: int  # output columns
+    c: int  # input channels per group (the reduction)
+    kh: int
+    kw: int
+    flat: bool  # pointwise: rows x columns fused into one pixel axis
+    own: bool = False  # depthwise or grouped: an output channel reads only its group's input channels
+
+    @property
+    def cols(self) -> int:
+        """The extent the column tile divides."""
+        return self.h * self.w if self.flat else self.w
+
+
+def vectors(cols: int, lanes: int) -> int:
+    return -(-cols // lanes)
+
+
+def column_tiles(width: int, lanes: int) -> list[int]:
+    """Column tiles for `width`: multiples of the vector width (1, 2, 4 vectors) that divide it; when none
+    does (7, 14, 49, 196 on 16 lanes), its largest divisor up to one vector. LLVM turns wider odd vectors
+    (28, 49, 98 floats) into slow code: 20-60x slower than a 14-wide tile, measured on the host."""
+    whole = [m * lanes for m in (1, 2, 4) if m * lanes <= width and width % (m * lanes) == 0]
+    return whole or [max(d for d in range(1, min(width, lanes) + 1) if width % d == 0)]
 
 
 def conv_block(func: tirx.PrimFunc) -> str | None:
-    """The one conv2d_nchw block (n, f, y, x spatial; c, ry, rx reduction) with a dynamic n, or None."""
-    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
-    try:
-        blocks = [sch.get(b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
-    except Exception:  # no root block
-        return None
-    found = [b for b in blocks if b.name_hint.startswith("conv2d_nchw")]
+    """The one conv2d block (n, f, y, x spatial; c, ry, rx reduction) with a dynamic n, or None."""
+    found = [b for b in _blocks(func) if b.name_hint.startswith(CONV_BLOCKS)]
     if len(found) != 1:
         return None
     ivs = found[0].iter_vars
@@ -44,30 +95,164 @@ def conv_block(func: tirx.PrimFunc) -> str | None:
 
 def conv_extents(func: tirx.PrimFunc, block: str) -> list[int]:
     """[F, H, W, C, KH, KW]: output channels, output rows/columns, input channels, kernel size."""
-    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
-    return [int(iv.dom.extent) for iv in sch.get(sch.get_sblock(block)).iter_vars[1:]]
+    return [int(iv.dom.extent) for iv in _block(func, block).iter_vars[1:]]
+
+
+def extents_of(func: tirx.PrimFunc, block: str) -> ConvExtents:
+    return ConvExtents(*conv_extents(func, block), flat=is_pointwise(func, block),
+                       own=reads_own_channels(func, block))
+
+
+def is_pointwise(func: tirx.PrimFunc, block: str) -> bool:
+    """1x1, stride 1, unpadded: the image's pixels map one to one onto the output's."""
+    ext = conv_extents(func, block)
+    if ext[4:] != [1, 1] or not all(_is_copy(b) for b in _producers(func, block)):
+        return False
+    images = [p.shape for p in func.params if len(getattr(p, "shape", ())) == 4
+              and not isinstance(p.shape[0], tirx.IntImm)]
+    return len(images) >= 2 and all([int(d) for d in s[2:]] == ext[1:3] for s in images)
+
+
+def _is_copy(blk) -> bool:
+    """A producer that copies without padding (TVM legalizes an unpadded conv2d with one)."""
+    return "if_then_else" not in blk.body.script()
+
+
+def reads_own_channels(func: tirx.PrimFunc, block: str) -> bool:
+    """Grouped/depthwise: an output-channel block reads only its group's input channels."""
+    return block.startswith(("group_", "depthwise_"))
 
 
 def schedule_conv(func: tirx.PrimFunc, block: str, tiles: ConvTiles, parallel: bool,
                   vectorize: bool = True) -> tirx.PrimFunc:
     """`vectorize`/`parallel` off for C-source kernels (target "c"; gcc vectorizes the plain loops)."""
+    flat, own = is_pointwise(func, block), reads_own_channels(func, block)
     sch = s_tir.Schedule(tvm.IRModule({"main": func}))
     blk = sch.get_sblock(block)
-    n, f, y, x, rc, ry, rx = sch.get_loops(blk)
-    fo, fi = sch.split(f, [None, tiles.oc])
-    yo, yi = sch.split(y, [None, tiles.oh])
-    xo, xi = sch.split(x, [None, tiles.ow])
-    sch.reorder(n, fo, yo, xo, rc, ry, rx, fi, yi, xi)
+    for p in sch.get_producers(blk):
+        if _is_copy(sch.get(p)):  # read the input in place
+            sch.compute_inline(p)
+    if flat:
+        _flatten_pixels(sch, blk, int(func.params[-1].shape[3]))
+        n, f, p, rc, ry, rx = sch.get_loops(blk)
+        fo, fi = sch.split(f, [None, tiles.oc])
+        po, xi = sch.split(p, [None, tiles.ow])
+        spatial, inner = [po], [fi, xi]
+    else:
+        n, f, y, x, rc, ry, rx = sch.get_loops(blk)
+        fo, fi = sch.split(f, [None, tiles.oc])
+        yo, yi = sch.split(y, [None, tiles.oh])
+        xo, xi = sch.split(x, [None, tiles.ow])
+        spatial, inner = [yo, xo], [fi, yi, xi]
+        sch.unroll(yi)
+    # own channels: a work item is an image's channel block, its padded input copied once, in cache;
+    # otherwise channel blocks innermost, so consecutive items reuse the same input tile
+    order = [n, fo, *spatial] if own else [n, *spatial, fo]
+    sch.reorder(*order, rc, ry, rx, *inner)
     sch.unroll(fi)
-    sch.unroll(yi)
-    _fuse_epilogue(sch, blk, xo)
+    _fuse_epilogue(sch, blk, order[-1])
     if vectorize:
         sch.vectorize(xi)
+        _vectorize_epilogue(sch, blk)
+    pads = sch.get_producers(blk)
+    padded = bool(pads)
+    # items: an image's channel block (own channels); an image's tiles, the image's padded copy made just
+    # before them (one image at a time, not the whole batch); any image's tiles (unpadded)
+    items = order[:2] if own else order[1:] if padded else order
+    outer = sch.fuse(*items)
     if parallel:
-        sch.parallel(sch.fuse(n, fo, yo))
-        for p in sch.get_producers(blk):
-            loops = sch.get_loops(p)
-            if len(loops) >= 2:
-                sch.parallel(sch.fuse(loops[0], loops[1]))
-    sch.decompose_reduction(blk, rc)
+        sch.parallel(outer)
+    stride = stride_of(sch, blk)
+    sch.decompose_reduction(blk, rc)  # before the padding's compute-at, which can drop rc's unit loop
+    if padded:
+        _schedule_padding(sch, pads, outer if own else n, stride, parallel and not own, vectorize)
     return sch.mod["main"]
+
+
+def _flatten_pixels(sch: s_tir.Schedule, blk, width: int) -> None:
+    """Rows x columns -> one pixel axis in the convolution and its epilogue blocks, and in the intermediate
+    buffers between them, so that a tile of pixels is one rectangle for compute-at (the output parameter
+    keeps its shape; only its index changes)."""
+    pix = lambda n, f, y, x: (n, f, y * width + x)
+    sch.transform_layout(blk, ("write", 0), pix)
+    sch.transform_block_layout(blk, lambda n, f, y, x, c, ry, rx: (n, f, y * width + x, c, ry, rx))
+    for c in _consumers_deep(sch, blk):
+        if sch.get_consumers(c):
+            sch.transform_layout(c, ("write", 0), pix)
+        sch.transform_block_layout(c, pix)
+
+
+def _vectorize_epilogue(sch: s_tir.Schedule, blk) -> None:
+    """The fused bias/activation blocks: their innermost loop (the column tile) as vectors."""
+    for c in _consumers_deep(sch, blk):
+        loops = sch.get_loops(c)
+        try:
+            sch.vectorize(loops[-1])
+        except Exception:  # ScheduleError: an epilogue left outside the tile (whole rows); still correct
+            pass
+
+
+def _consumers_deep(sch: s_tir.Schedule, blk) -> list:
+    out, frontier = [], list(sch.get_consumers(blk))
+    while frontier:
+        c = frontier.pop(0)
+        out.append(c)
+        frontier.extend(sch.get_consumers(c))
+    return out
+
+
+def _schedule_padding(sch: s_tir.Schedule, pads: list, at, stride: int, parallel: bool, vectorize: bool) -> None:
+    """The zero-padding copy, computed at `at` (a work item: its channels only; or an image). With a column
+    stride s its columns are stored de-interleaved, [.., x % s, x // s], so the convolution reads each
+    output tile's inputs as contiguous vectors instead of gathering every s-th float. Its zero fill is split
+    from the copy of the interior, so both are plain vector loops with no per-element bounds check."""
+    for p in pads:
+        width = int(sch.get(p).iter_vars[3].dom.extent)  # of the padded copy
+        sch.compute_at(p, at)
+        deinterleave = stride > 1 and width % stride == 0  # else the layout would need a predicate
+        if deinterleave:
+            sch.transform_layout(p, ("write", 0), lambda n, c, y, x: (n, c, y, x % stride, x // stride))
+        if parallel:
+            sch.parallel(sch.get_loops(p)[1])
+        if not vectorize:
+            continue
+        try:
+            fill = sch.decompose_padding(p, sch.get_loops(p)[1])  # the first loop inside `at`
+        except Exception:  # ScheduleError: not a padding pattern it knows; leave the one scalar nest
+            continue
+        sch.vectorize(sch.get_loops(fill)[-1])
+        x = sch.get_loops(p)[-1]
+        if deinterleave and int(sch.get(x).extent) % stride == 0:  # write each column phase contiguously
+            xo, phase = sch.split(x, [None, stride])
+            sch.reorder(phase, xo)
+            x = xo
+        sch.vectorize(x)
+
+
+def stride_of(sch: s_tir.Schedule, blk) -> int:
+    """The column stride of a convolution that reads a padded copy: the coefficient of x in its index."""
+    block = sch.get(blk)
+    x = block.iter_vars[3].var
+    for region in block.reads:
+        if len(region.region) == 4 and region.script().startswith("pad_temp"):
+            coef = tvm.sym.detect_linear_equation(region.region[3].min, [x])
+            return int(coef[0]) if len(coef) == 2 else 1
+    return 1
+
+
+def _producers(func: tirx.PrimFunc, block: str) -> list:
+    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+    return [sch.get(p) for p in sch.get_producers(sch.get_sblock(block))]
+
+
+def _block(func: tirx.PrimFunc, name: str):
+    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+    return sch.get(sch.get_sblock(name))
+
+
+def _blocks(func: tirx.PrimFunc) -> list:
+    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+    try:
+        return [sch.get(b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
+    except Exception:  # no root block (already lowered)
+        return []

@@ -15,6 +15,7 @@ def schedules_for(board: Board):
         # DLight's CPU rules only act under an LLVM CPU target; their vectorized or parallel results are
         # refused for C (generic_schedule), so a plain single-core one is enough
         rules = tvm.target.Target({"kind": "llvm", "num-cores": 1})
-        return Schedules(vector_lanes=board.vector_lanes_f32, cores=1, target=rules, vectorize=False, parallel=False,
-                         pack=False)
-    return Schedules(vector_lanes=board.vector_lanes_f32, cores=board.target.cores, target=board.tvm_target())
+        return Schedules(vector_lanes=board.vector_lanes_f32, vector_registers=board.vector_registers, cores=1,
+                         target=rules, vectorize=False, parallel=False, pack=False)
+    return Schedules(vector_lanes=board.vector_lanes_f32, vector_registers=board.vector_registers,
+                     cores=board.target.cores, target=board.tvm_target())

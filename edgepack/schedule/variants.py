@@ -17,7 +17,7 @@ import tvm
 from tvm import s_tir, tirx
 
 from ..model.plan import c_ident
-from .conv import ConvTiles, conv_block, schedule_conv
+from .conv import ConvTiles, conv_block, extents_of, schedule_conv
 from .dense import DenseTiles, schedule_dense, schedule_matmul_rowwise
 from .pack import pack_func, packing
 
@@ -71,6 +71,7 @@ class Schedules:
     dispatchers: dict = field(default_factory=dict)  # kernel -> codegen.dispatch.Dispatcher over its mains
     conv: dict[str, ConvTiles] = field(default_factory=dict)  # tuned conv2d kernels (dynamic batch)
     vector_lanes: int = 8
+    vector_registers: int = 16
     cores: int = 1
     target: object = None  # tvm Target for the generic rules (DLight); None: leave other kernels unscheduled
     # False for C-source kernels (target "c" cannot vectorize, FACTS.md; gcc vectorizes the plain loops) and
@@ -81,8 +82,10 @@ class Schedules:
 
 
 def make_variants(name: str, func: tirx.PrimFunc, sched: Schedules) -> KernelImpl:
-    if name in sched.conv and (cb := conv_block(func)) is not None:
-        conv = schedule_conv(func, cb, sched.conv[name], sched.cores > 1 and sched.parallel, sched.vectorize)
+    if (cb := conv_block(func)) is not None:  # tuned tiles, else the board's defaults
+        tiles = sched.conv.get(name) or ConvTiles.default(extents_of(func, cb), sched.vector_lanes,
+                                                          sched.vector_registers)
+        conv = schedule_conv(func, cb, tiles, sched.cores > 1 and sched.parallel, sched.vectorize)
         return KernelImpl(name, None, [Variant(name, 0, conv)])
     split = find_row_split(func)
     block = matmul_block(func)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..schedule.conv import ConvTiles
+from ..schedule.conv import ConvTiles, column_tiles
 from ..schedule.dense import DenseTiles
 from ..schedule.pack import panel_for
 
@@ -51,8 +51,8 @@ class Hardware:
 
 @dataclass(frozen=True)
 class ConvTask:
-    """conv2d NCHW, f output channels of h x w from c input channels with a kh x kw kernel; batch (the
-    dynamic `rows`) in [lo, hi]."""
+    """conv2d NCHW, f output channels of h x w from c input channels (per group) with a kh x kw kernel; batch
+    (the dynamic `rows`) in [lo, hi]. `flat`: pointwise, tiled over the h * w pixels as one axis."""
 
     name: str
     f: int
@@ -63,6 +63,7 @@ class ConvTask:
     kw: int
     lo: int
     hi: int
+    flat: bool = False
 
     def flop(self, rows: int) -> float:
         return 2.0 * rows * self.f * self.h * self.w * self.c * self.kh * self.kw
@@ -95,13 +96,11 @@ def candidates(task: DenseTask | ConvTask, hw: Hardware) -> list:
 
 
 def _conv_candidates(task: ConvTask, hw: Hardware) -> list[ConvTiles]:
-    ows = sorted({c for m in (1, 2, 4) for c in [m * hw.lanes] if c <= task.w and task.w % c == 0}) \
-        or [_odd_width(task.w, hw.lanes)]
     out = []
-    for ow in ows:
+    for ow in column_tiles(task.h * task.w if task.flat else task.w, hw.lanes):
         vec = -(-ow // hw.lanes)
         for oc in (1, 2, 4, 8, 16):
-            for oh in (1, 2, 4):
+            for oh in (1,) if task.flat else (1, 2, 4):
                 if task.f % oc == 0 and task.h % oh == 0 and oc * oh * vec <= hw.registers - 2:
                     out.append(ConvTiles(oc=oc, oh=oh, ow=ow))
     return out

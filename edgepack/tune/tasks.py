@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import tvm_ffi
 
 from ..model.plan import DimRange
-from ..schedule.conv import conv_block, conv_extents
+from ..schedule.conv import conv_block, conv_extents, is_pointwise
 from ..schedule.dense import _static_extent
 from ..schedule.variants import RowSplit, _aligned, find_row_split, matmul_block
 from .space import ConvTask, DenseTask
@@ -65,7 +65,7 @@ def extract_tasks(lowered, dims: list[DimRange]) -> list[TuneTask]:
             n, k = _static_extent(func, block, -2), _static_extent(func, block, -1)
             op = DenseTask(name, n, k, d.lo, d.hi)
         elif (block := conv_block(func)) is not None:
-            op = ConvTask(name, *conv_extents(func, block), d.lo, d.hi)
+            op = ConvTask(name, *conv_extents(func, block), d.lo, d.hi, is_pointwise(func, block))
         else:
             continue
         out.append(TuneTask(name, func, split, block, op, d, calls[name], dtype))

@@ -1,0 +1,108 @@
+"""Convolution micro-kernels (schedule/conv.py): every kind a real CNN has, in one small onnx.helper model,
+built with the board's default tiles and checked against onnxruntime at batch min, max, odd and prime sizes;
+their TIR has no bounds-check predicate and vectorizes."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from edgepack.check import check_against_onnxruntime
+
+BATCH = (1, 8)
+TOL = 1e-4
+
+# (name, out channels, kernel, stride, groups): the layers of MobileNetV2 / ResNet / DS-CNN, small
+LAYERS = [
+    ("std7s2", 8, 7, 2, 1),  # [3, 28, 28] -> [8, 14, 14], ResNet's stem
+    ("pw196", 16, 1, 1, 1),  # 14x14 = 196 pixels: no multiple of the vector width divides them
+    ("dw3s1", 16, 3, 1, 16),
+    ("grouped", 16, 3, 1, 4),
+    ("dw3s2", 16, 3, 2, 16),  # -> 7x7
+    ("pw49", 32, 1, 1, 1),
+    ("dw5s1", 32, 5, 1, 32),
+    ("dw5s2", 32, 5, 2, 32),  # -> 4x4
+    ("std3s2", 16, 3, 2, 1),  # -> 2x2
+]
+
+
+def _conv_zoo(path) -> None:
+    rng = np.random.default_rng(0)
+    inits, nodes, x, c = [], [], "x", 3
+    for name, f, k, s, g in LAYERS:
+        inits += [numpy_helper.from_array((rng.standard_normal((f, c // g, k, k)) / np.sqrt(c * k * k / g))
+                                          .astype(np.float32), f"{name}_w"),
+                  numpy_helper.from_array(rng.standard_normal(f).astype(np.float32), f"{name}_b")]
+        nodes += [helper.make_node("Conv", [x, f"{name}_w", f"{name}_b"], [f"{name}_y"], kernel_shape=[k, k],
+                                   strides=[s, s], pads=[k // 2] * 4, group=g),
+                  helper.make_node("Clip", [f"{name}_y", "lo", "hi"], [f"{name}_a"])]
+        x, c = f"{name}_a", f
+    inits += [numpy_helper.from_array(np.float32(0.0), "lo"), numpy_helper.from_array(np.float32(6.0), "hi")]
+    graph = helper.make_graph(nodes, "conv_zoo", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                                ["batch", 3, 28, 28])],
+                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, ["batch", c, 2, 2])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+@pytest.fixture(scope="module")
+def conv_zoo(tmp_path_factory):
+    path = tmp_path_factory.mktemp("conv") / "conv_zoo.onnx"
+    _conv_zoo(path)
+    return path
+
+
+def test_every_conv_kind_matches_onnxruntime(build_cache, conv_zoo):
+    bundle = build_cache(conv_zoo, {"batch": BATCH}, "conv_zoo")
+    for dims, err in check_against_onnxruntime(bundle, conv_zoo, [{"batch": b} for b in (1, 3, 7, 8)]):
+        assert err < TOL, f"at {dims}: max relative error {err:.2e}"
+
+
+@pytest.mark.parametrize("lanes,registers", [(16, 32), (8, 16), (4, 32)])  # AVX-512, AVX2, NEON
+def test_default_tiles_fit_the_board_and_stay_predicate_free(conv_zoo, lanes, registers):
+    from edgepack.pipeline import lower_model, prepare
+    from edgepack.schedule.conv import ConvTiles, conv_block, extents_of, schedule_conv, vectors
+
+    model, dims = prepare(conv_zoo, {"batch": BATCH})
+    convs = [(f, b) for f in lower_model("conv_zoo", model, dims).kernels.values() if (b := conv_block(f))]
+    assert len(convs) == len(LAYERS)
+    kinds = set()
+    for func, block in convs:
+        ext = extents_of(func, block)
+        t = ConvTiles.default(ext, lanes, registers)
+        assert ext.f % t.oc == 0 and ext.h % t.oh == 0 and ext.cols % t.ow == 0
+        assert t.ow <= lanes or t.ow % lanes == 0  # wider odd vectors are slow in LLVM
+        assert t.oc * t.oh * vectors(t.ow, lanes) <= registers - 4
+        text = schedule_conv(func, block, t, parallel=True).script()
+        assert "T.where" not in text and "T.vectorized" in text and "T.parallel" in text, block
+        assert "if_then_else" not in text  # padding: zero fill and interior copy, no per-element check
+        kinds.add(("flat" if ext.flat else "own" if ext.own else "std", ext.kh))
+    assert kinds == {("std", 7), ("flat", 1), ("own", 3), ("own", 5), ("std", 3)}
+
+
+def test_strided_conv_reads_deinterleaved_columns(conv_zoo):
+    """Stride 2: the padded copy stores even and odd columns apart, so tiles read contiguous vectors."""
+    from edgepack.pipeline import lower_model, prepare
+    from edgepack.schedule.conv import ConvTiles, conv_block, extents_of, schedule_conv
+
+    model, dims = prepare(conv_zoo, {"batch": BATCH})
+    for func in lower_model("conv_zoo", model, dims).kernels.values():
+        if (block := conv_block(func)) and int(func.params[0].shape[3]) == 2 * int(func.params[-1].shape[3]):
+            text = schedule_conv(func, block, ConvTiles.default(extents_of(func, block), 16, 32), True).script()
+            assert "% T.int64(2), " in text, block  # [.., y, x % 2, x // 2]
+
+
+def test_single_channel_rectangular_stem_matches_onnxruntime(build_cache, tmp_path):
+    """DS-CNN's stem: one input channel (its loop vanishes from the padding copy), a 10x4 kernel, stride 2,
+    padding 5 rows x 1 column."""
+    rng = np.random.default_rng(1)
+    w = numpy_helper.from_array(rng.standard_normal((16, 1, 10, 4)).astype(np.float32), "w")
+    node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[10, 4], strides=[2, 2], pads=[5, 1, 5, 1])
+    graph = helper.make_graph([node], "stem", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 1, 49, 10])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16, 25, 5])], [w])
+    path = tmp_path / "stem.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    bundle = build_cache(path, {"batch": BATCH}, "conv_stem")
+    for dims, err in check_against_onnxruntime(bundle, path, [{"batch": b} for b in (1, 5, 8)]):
+        assert err < TOL, f"at {dims}: max relative error {err:.2e}"
