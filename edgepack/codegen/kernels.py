@@ -117,9 +117,11 @@ def _at_upper_bounds(func: tirx.PrimFunc, ub: dict[str, int]) -> tirx.PrimFunc:
         shape = getattr(p, "shape", None)
         if shape is None or not all(isinstance(s, (tirx.IntImm, tirx.Var)) for s in shape):
             continue  # e.g. mt * tile: bound through the scalar mt above
-        free = {s.name for s in shape if isinstance(s, tirx.Var)} - bound
+        # vars that are no dim (edgepack's own kernels name theirs, e.g. outer) stay: no allocation uses them
+        free = {s.name for s in shape if isinstance(s, tirx.Var) and s.name in ub} - bound
         if free:
-            fixed = [tirx.IntImm("int64", ub[s.name]) if isinstance(s, tirx.Var) else s for s in shape]
+            fixed = [tirx.IntImm("int64", ub[s.name]) if isinstance(s, tirx.Var) and s.name in ub else s
+                     for s in shape]
             pm[p] = tirx.decl_buffer(fixed, p.dtype, name=p.name)
             bound |= free
     return func.specialize(pm) if pm else func

@@ -1,0 +1,2 @@
+"""placeholder"""
+LSTM = GRU = None
