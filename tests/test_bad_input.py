@@ -154,3 +154,14 @@ def test_inputs_that_disagree_on_a_dim(build_cache, tmp_path):
                               "-o", str(tmp_path / "out")), "dim seq is 5 in one input and 6")
     r = subprocess.run([str(bundle.path / "run"), str(tmp_path), *ins], capture_output=True, text=True)
     assert r.returncode == 3 and "dim seq is 5 in one input and 6 in input 'attention_mask'" in r.stderr, r.stderr
+
+
+def test_data_dependent_output_shape_refused_naming_the_node(tmp_path):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])
+    y = helper.make_tensor_value_info("y", TensorProto.INT64, [1, "k"])
+    p = tmp_path / "nz.onnx"
+    onnx.save(helper.make_model(helper.make_graph([helper.make_node("NonZero", ["x"], ["y"], name="find_nz")], "g",
+                                                  [x], [y]), opset_imports=[helper.make_opsetid("", 13)]), p)
+    r = run_cli("build", str(p), "--dim", "n=1:8", "-o", str(tmp_path / "out"))
+    assert_user_error(r, "NonZero with a data-dependent output shape (find_nz)")
+    assert not (tmp_path / "out").exists()
