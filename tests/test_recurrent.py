@@ -1,18 +1,21 @@
 """LSTM, GRU, TopK and CumSum through edgepack's own converters (edgepack/model/converters.py, recurrent.py):
 small models with a dynamic time dim and a dynamic batch, built for the host and run through the package's C
 program, outputs compared with onnxruntime at min, max, odd and prime lengths (layout 1, which onnxruntime
-refuses, with ONNX's reference implementation)."""
+refuses, with ONNX's reference implementation); and an LSTM's firmware on the Cortex-M4 stand-in."""
 
 from __future__ import annotations
 
 import numpy as np
 import onnx
 import pytest
-from conftest import sizes_for
+from conftest import have, sizes_for
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+from edgepack import standin
+from edgepack.board import load_board
 from edgepack.check import max_rel_error
+from edgepack.deploy.device import Connection, open_device
 from edgepack.deploy.local import run_local
 from edgepack.pipeline import build_package
 
@@ -74,18 +77,18 @@ def _tied_feeds(model: onnx.ModelProto, dims: dict[str, int], rng) -> dict[str, 
 
 
 def _build_and_compare(model: onnx.ModelProto, tmp_path, ranges: dict[str, tuple[int, int]], feeds_fn=_feeds,
-                       exact=()) -> None:
+                       exact=(), board: str = "host", run=run_local) -> None:
     """Sweep the first dim over min, max, odd and prime sizes (the others vary too); compare every output."""
     path = tmp_path / "m.onnx"
     onnx.save(model, str(path))
-    bundle = build_package(path, "host", ranges, tmp_path / "pkg").bundle
+    bundle = build_package(path, board, ranges, tmp_path / "pkg").bundle
     reference = _reference(model, path)
     rng = np.random.default_rng(0)
     first = next(iter(ranges))
     for i, v in enumerate(sizes_for(*ranges[first])):
         dims = {d: (v if d == first else hi - i % (hi - lo + 1)) for d, (lo, hi) in ranges.items()}
         feeds = feeds_fn(model, dims, rng)
-        got = [np.load(p) for p in run_local(bundle, list(feeds.values()), tmp_path / f"out{i}")]
+        got = [np.load(p) for p in run(bundle, list(feeds.values()), tmp_path / f"out{i}")]
         for name, g, r in zip([o.name for o in model.graph.output], got, reference(feeds)):
             if name in exact:
                 assert np.array_equal(g, r), f"{dims}: {name} differs"
@@ -133,3 +136,24 @@ def _topk_cumsum_model() -> onnx.ModelProto:
 def test_topk_and_cumsum_match_onnxruntime_with_ties(tmp_path):
     _build_and_compare(_topk_cumsum_model(), tmp_path, {"n": (3, 17), "batch": (1, 2)}, _tied_feeds,
                        exact={"top_i", "low_i"})
+
+
+@pytest.mark.hil
+@pytest.mark.skipif(not (have("arm-none-eabi-gcc") and have("qemu-system-arm")),
+                    reason="needs gcc-arm-none-eabi and qemu-system-arm")
+def test_recurrent_kernels_run_on_cortex_m4(tmp_path, monkeypatch):
+    """The kernels as C source (no vectors, one core) in firmware on the mps2-an386 stand-in."""
+    monkeypatch.setenv("EDGEPACK_STATE_DIR", str(tmp_path / "standins"))
+    board = load_board("mps2-an386")
+    dev = open_device(board, Connection())
+    try:
+        def run(bundle, arrays, out):
+            if dev.info is None or dev.info.fields.get("id") != bundle.manifest["firmware"]["id"]:
+                dev.install(bundle)  # once
+            return dev.run(bundle, arrays, out)
+
+        _build_and_compare(_rnn_model("LSTM", "bidirectional"), tmp_path, {"time": TIME, "batch": BATCH},
+                           board=board.name, run=run)
+    finally:
+        dev.close()
+        standin.down(board)
