@@ -8,13 +8,13 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from conftest import have, sizes_for
+from conftest import EXPORTS, have, sizes_for
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from edgepack import standin
 from edgepack.board import load_board
-from edgepack.check import max_rel_error
+from edgepack.check import check_against_onnxruntime, max_rel_error
 from edgepack.deploy.device import Connection, open_device
 from edgepack.deploy.local import run_local
 from edgepack.pipeline import build_package
@@ -157,3 +157,17 @@ def test_recurrent_kernels_run_on_cortex_m4(tmp_path, monkeypatch):
     finally:
         dev.close()
         standin.down(board)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("export", ["roberta_torchscript", "roberta_dynamo"])
+def test_roberta_position_ids_by_cumsum_match_onnxruntime(tmp_path, export):
+    """RoBERTa exports compute position ids from the attention mask with CumSum."""
+    from test_examples_e2e import _token_inputs
+
+    path = EXPORTS / "hf" / f"{export}.onnx"
+    assert any(n.op_type == "CumSum" for n in onnx.load(str(path)).graph.node)
+    bundle = build_package(path, "host", {"batch": (1, 4), "seq": (2, 32)}, tmp_path / "pkg").bundle
+    sizes = [{"batch": b, "seq": s} for b, s in ((1, 2), (4, 32), (3, 17), (2, 31))]
+    for dims, err in check_against_onnxruntime(bundle, path, sizes, _token_inputs):
+        assert err < 1e-4, f"{dims}: max relative error {err:.2e}"

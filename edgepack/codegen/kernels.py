@@ -66,10 +66,10 @@ def workspace_bound(func: tirx.PrimFunc, dims: list[DimRange], target: tvm.targe
     root = root_block(func)
     n_allocs = len(root.alloc_buffers) if root is not None else 0
     bound = align_up(sum(int(v) for v in per_scope.values()) + 2 * ALIGN * n_allocs)
-    if target.kind.name == "c":
-        # At fixed shapes StorageRewrite may merge buffers that the symbolic kernel allocates separately
-        # (seen: a bert attention kernel's bool mask on Cortex-M): also count what the symbolic one asks for
-        bound = max(bound, _symbolic_allocations(func, target, ub) or 0)
+    # At fixed shapes StorageRewrite may merge buffers that the symbolic kernel allocates separately (seen: a
+    # bert attention kernel's bool mask on Cortex-M, RoBERTa's mask kernel on the host): also count what the
+    # symbolic one asks for
+    bound = max(bound, _symbolic_allocations(func, target, ub) or 0)
     return bound
 
 
