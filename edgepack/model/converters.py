@@ -80,8 +80,8 @@ def cumsum_kernel(dtype: str, exclusive: bool, reverse: bool) -> tvm.tirx.PrimFu
         outer, n, inner = T.int64(), T.int64(), T.int64()
         x = T.match_buffer(x_h, (outer, n, inner), dtype)
         y = T.match_buffer(y_h, (outer, n, inner), dtype)
+        acc = T.alloc_buffer((1,), dtype)
         with T.sblock("cumsum"):  # one opaque block: Relax's passes expect a root block
-            acc = T.alloc_buffer((1,), dtype)
             for o, j in T.grid(outer, inner):
                 acc[0] = T.cast(0, dtype)
                 for s in range(n):  # indices inline: a bound name would become a workspace buffer
@@ -91,7 +91,6 @@ def cumsum_kernel(dtype: str, exclusive: bool, reverse: bool) -> tvm.tirx.PrimFu
                     else:
                         acc[0] = acc[0] + x[o, n - 1 - s if reverse else s, j]
                         y[o, n - 1 - s if reverse else s, j] = acc[0]
-
 
     return cumsum
 
@@ -122,8 +121,8 @@ def topk_kernel(dtype: str, k: int, largest: bool) -> tvm.tirx.PrimFunc:
         x = T.match_buffer(x_h, (outer, n, inner), dtype)
         vals = T.match_buffer(v_h, (outer, k, inner), dtype)
         idx = T.match_buffer(i_h, (outer, k, inner), "int64")
+        pos = T.alloc_buffer((1,), "int64")
         with T.sblock("topk"):
-            pos = T.alloc_buffer((1,), "int64")
             for o, j in T.grid(outer, inner):
                 for i in range(n):
                     # kept = min(i, k) entries are sorted; those that tie or beat x[i] stay ahead of it

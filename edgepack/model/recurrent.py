@@ -1,10 +1,12 @@
-"""LSTM and GRU as one TIR kernel each: the time axis is a dynamic dim, so the time loop lives inside the
-kernel (serial), with the gates as matrix-vector products over the hidden state of the step before.
+"""LSTM and GRU as TIR kernels: the time axis is a dynamic dim, so the time loop lives inside the kernel
+(serial), with the gates as matrix-vector products over the hidden state of the step before.
 
-One kernel serves both cells: per (direction, batch row) it copies the initial state, then per step
+One kernel per direction, shared by both cells: per batch row it copies the initial state, then per step
 projects the input and the hidden state onto the gates and applies the cell's update. Directions forward,
-reverse and bidirectional, layouts 0 and 1, bias, initial state, sequence_lens, clip, LSTM peepholes and
-GRU linear_before_reset follow the ONNX spec (steps past a row's length give zeros in Y, as onnxruntime).
+reverse and bidirectional (two kernels, stacked), layouts 0 and 1 (transposes around the kernel), bias,
+initial state, sequence_lens (steps past a row's length give zeros in Y, as in onnxruntime), clip, LSTM
+peepholes and GRU linear_before_reset follow the ONNX spec. Refused with one line: LSTM input_forget=1 and
+activations outside `_activation`'s table.
 """
 
 from __future__ import annotations
@@ -17,18 +19,22 @@ from tvm.script import tirx as T
 from ..errors import ModelError
 from .converters import call_kernel, shape_of
 
+# Activations that read activation_alpha / activation_beta, with their ONNX defaults; each takes the next
+# value of its list in the order of the activations, as onnxruntime reads them.
+_ALPHA = {"HardSigmoid": 0.2, "LeakyRelu": 0.01}
+_BETA = {"HardSigmoid": 0.5}
 
-def _activation(name: str, alpha, beta, dtype: str):
+
+def _activation(name: str, alpha: float | None, beta: float | None, dtype: str):
     """ONNX's recurrent activation functions as TIR expressions (the ones real models use)."""
-    one = lambda v: T.cast(v, dtype)  # noqa: E731
+    c = lambda v: T.cast(v, dtype)  # noqa: E731
     table = {
         "Sigmoid": lambda x: T.sigmoid(x),
         "Tanh": lambda x: T.tanh(x),
-        "Relu": lambda x: T.max(x, one(0)),
-        "HardSigmoid": lambda x: T.max(T.min(one(0.2 if alpha is None else alpha) * x
-                                             + one(0.5 if beta is None else beta), one(1)), one(0)),
-        "LeakyRelu": lambda x: T.if_then_else(x < one(0), one(0.01 if alpha is None else alpha) * x, x),
-        "Softsign": lambda x: x / (one(1) + T.fabs(x)),
+        "Relu": lambda x: T.max(x, c(0)),
+        "HardSigmoid": lambda x: T.max(T.min(c(alpha) * x + c(beta), c(1)), c(0)),
+        "LeakyRelu": lambda x: T.if_then_else(x < c(0), c(alpha) * x, x),
+        "Softsign": lambda x: x / (c(1) + T.fabs(x)),
     }
     if name not in table:
         raise ModelError(f"recurrent activation {name} is not supported (supported: {', '.join(table)})")
@@ -44,7 +50,7 @@ def recurrent_kernel(cell: str, dtype: str, dirs: int, d: int, n_in: int, hidden
     gates_n = (4 if lstm else 3) * H
     f, g, h = (acts + [None])[:3]
     lim = lambda v: T.cast(v, dtype)  # noqa: E731
-    clipped = (lambda x: T.max(T.min(x, lim(clip)), lim(-clip))) if clip is not None else (lambda x: x)
+    clipped = (lambda x: T.max(T.min(x, lim(clip)), lim(-clip))) if clip is not None else (lambda x: x)  # noqa: E731
     F = lambda x: f(clipped(x))  # noqa: E731
     G = lambda x: g(clipped(x))  # noqa: E731
 
@@ -69,7 +75,7 @@ def recurrent_kernel(cell: str, dtype: str, dirs: int, d: int, n_in: int, hidden
         steps = T.alloc_buffer((2,), "int64")  # this row's length; this step's time index
         with T.sblock("recurrent"):
             for b in range(batch):
-                steps[0] = T.cast(lens[b], "int64") if has_lens else seq
+                steps[0] = T.min(T.max(T.cast(lens[b], "int64"), T.int64(0)), seq) if has_lens else seq
                 for u in range(H):
                     Yh[b, u] = h0[d, b, u]
                     if lstm:
@@ -118,49 +124,54 @@ class _Recurrent(frontend.OnnxOpConverter):
     """Inputs X, W, R, B, sequence_lens, initial_h (and initial_c, P for LSTM); outputs Y, Y_h (and Y_c)."""
 
     cell = ""
-    default_acts = ()
+    default_acts: tuple[str, ...] = ()
 
     @classmethod
     def _impl_v7(cls, bb, inputs, attr, params):
-        x, w, r = inputs[0], inputs[1], inputs[2]
-        dtype = str(x.ty.dtype)
-        dirs, gates_n, n_in = (int(v) for v in shape_of(w))
-        hidden = gates_n // (4 if cls.cell == "LSTM" else 3)
+        inputs = [inputs[i] if i < len(inputs) else None for i in range(8)]
         layout = int(attr.get("layout", 0))
         if layout:  # batch-major X, initial_h and initial_c to the kernel's time-major layout
             inputs = [bb.emit(relax.op.permute_dims(v, [1, 0, 2])) if i in (0, 5, 6) and v is not None else v
                       for i, v in enumerate(inputs)]
-            x = inputs[0]
-        seq, batch = shape_of(x)[:2]
-        lens = inputs[4] if len(inputs) > 4 else None
+        dtype = str(inputs[0].ty.dtype)
+        dirs = int(shape_of(inputs[1])[0])
+        reverse = attr.get("direction", b"forward").decode() == "reverse"
         acts = cls._activations(attr, dirs, dtype)
-        direction = attr.get("direction", b"forward").decode()
-        args = [x, w, r, cls._or_zeros(inputs, 3, (dirs, 2 * gates_n), dtype),
-                lens if lens is not None else relax.const(np.zeros(1, "int32")),
-                cls._or_zeros(inputs, 5, (dirs, batch, hidden), dtype)]
-        args += ([cls._or_zeros(inputs, 6, (dirs, batch, hidden), dtype),
-                  cls._or_zeros(inputs, 7, (dirs, 3 * hidden), dtype)] if cls.cell == "LSTM"
-                 else [relax.const(np.zeros((1, 1, 1), dtype)), relax.const(np.zeros((1, 1), dtype))])
-        state = [(batch, hidden) if cls.cell == "LSTM" else (1, 1)]
-        per_dir = []
-        for d in range(dirs):
-            kernel = recurrent_kernel(cls.cell, dtype, dirs, d, n_in, hidden,
-                                      direction == "reverse" or d == 1, lens is not None, acts[d],
-                                      attr.get("clip"), bool(attr.get("linear_before_reset", 0)))
-            outs = [((seq, batch, hidden), dtype), ((batch, hidden), dtype), (state[0], dtype)]
-            res = call_kernel(bb, kernel, f"ep_{cls.cell.lower()}", args, outs)
-            per_dir.append([bb.emit(relax.TupleGetItem(res, i)) for i in range(3)])
-        y, y_h, y_c = (bb.emit(relax.op.stack([p[i] for p in per_dir], axis=1 if i == 0 else 0)) for i in range(3))
-        if layout:  # (seq, dirs, batch, H) -> (batch, seq, dirs, H); (dirs, batch, H) -> (batch, dirs, H)
-            y = bb.emit(relax.op.permute_dims(y, [2, 0, 1, 3]))
-            y_h, y_c = (bb.emit(relax.op.permute_dims(v, [1, 0, 2])) for v in (y_h, y_c))
-        return relax.Tuple([y, y_h, y_c] if cls.cell == "LSTM" else [y, y_h])
+        args = cls._kernel_args(inputs, dtype)
+        n_out = 3 if cls.cell == "LSTM" else 2
+        per_dir = [cls._direction(bb, args, d, reverse or d == 1, acts[d], attr, inputs[4] is not None)[:n_out]
+                   for d in range(dirs)]
+        # (seq, dirs, batch, H) and (dirs, batch, H), as ONNX's layout 0 writes them
+        outs = [bb.emit(relax.op.stack(list(vs), axis=1 if i == 0 else 0)) for i, vs in enumerate(zip(*per_dir))]
+        if layout:  # -> (batch, seq, dirs, H) and (batch, dirs, H)
+            outs = [bb.emit(relax.op.permute_dims(v, [2, 0, 1, 3] if i == 0 else [1, 0, 2])) for i, v in enumerate(outs)]
+        return relax.Tuple(outs)
 
-    @staticmethod
-    def _or_zeros(inputs, i: int, shape, dtype: str):
-        if len(inputs) > i and inputs[i] is not None:
-            return inputs[i]
-        return relax.op.zeros(relax.ShapeExpr(list(shape)), dtype)
+    @classmethod
+    def _kernel_args(cls, inputs, dtype: str) -> list:
+        """The kernel's inputs, absent ones as zeros (GRU: one-element stand-ins for c0 and P)."""
+        x, w = inputs[0], inputs[1]
+        dirs, gates_n, _ = (int(v) for v in shape_of(w))
+        hidden = gates_n // (4 if cls.cell == "LSTM" else 3)
+        batch = shape_of(x)[1]
+        lens = inputs[4] if inputs[4] is not None else relax.const(np.zeros(1, "int32"))
+        state = (dirs, batch, hidden) if cls.cell == "LSTM" else (1, 1, 1)
+        peep = (dirs, 3 * hidden) if cls.cell == "LSTM" else (1, 1)
+        return [x, w, inputs[2], _or_zeros(inputs[3], (dirs, 2 * gates_n), dtype), lens,
+                _or_zeros(inputs[5], (dirs, batch, hidden), dtype), _or_zeros(inputs[6], state, dtype),
+                _or_zeros(inputs[7], peep, dtype)]
+
+    @classmethod
+    def _direction(cls, bb, args: list, d: int, reverse: bool, acts: list, attr, has_lens: bool) -> list:
+        """Y (seq, batch, H), Y_h and Y_c (batch, H) of direction d."""
+        (seq, batch, n_in), (dirs, gates_n, hidden) = shape_of(args[0]), (int(v) for v in shape_of(args[2]))
+        dtype = str(args[0].ty.dtype)
+        kernel = recurrent_kernel(cls.cell, dtype, dirs, d, int(n_in), hidden, reverse, has_lens, acts,
+                                  attr.get("clip"), bool(attr.get("linear_before_reset", 0)))
+        state = (batch, hidden) if cls.cell == "LSTM" else (1, 1)
+        outs = [((seq, batch, hidden), dtype), ((batch, hidden), dtype), (state, dtype)]
+        res = call_kernel(bb, kernel, f"ep_{cls.cell.lower()}", args, outs)
+        return [bb.emit(relax.TupleGetItem(res, i)) for i in range(3)]
 
     @classmethod
     def _activations(cls, attr, dirs: int, dtype: str) -> list[list]:
@@ -169,12 +180,16 @@ class _Recurrent(frontend.OnnxOpConverter):
             raise ModelError(f"{cls.cell} with input_forget=1 (coupled input and forget gates) is not supported")
         n = len(cls.default_acts)
         names = [a.decode() if isinstance(a, bytes) else a for a in attr.get("activations", cls.default_acts * dirs)]
-        alphas, betas = list(attr.get("activation_alpha", ())), list(attr.get("activation_beta", ()))
         if len(names) != n * dirs:
             raise ModelError(f"{cls.cell} needs {n * dirs} activations, got {len(names)}")
-        fns = [_activation(nm, alphas[i] if i < len(alphas) else None, betas[i] if i < len(betas) else None, dtype)
-               for i, nm in enumerate(names)]
+        alphas, betas = iter(attr.get("activation_alpha", ())), iter(attr.get("activation_beta", ()))
+        fns = [_activation(nm, next(alphas, _ALPHA[nm]) if nm in _ALPHA else None,
+                           next(betas, _BETA[nm]) if nm in _BETA else None, dtype) for nm in names]
         return [fns[d * n:(d + 1) * n] for d in range(dirs)]
+
+
+def _or_zeros(value, shape, dtype: str):
+    return value if value is not None else relax.op.zeros(relax.ShapeExpr(list(shape)), dtype)
 
 
 class LSTM(_Recurrent):
