@@ -13,12 +13,16 @@ fail, several downsample linear/cubic/antialias cases with silently wrong values
 # BatchNormalization: training_mode running-mean/var outputs are refused at build; output 0 matches in all 4 cases.
 # Cast: fails only for bfloat16/float8/float4/4-bit/2-bit/string types (refused at build); common dtypes pass.
 # ConstantOfShape: fails only with a run-time shape input (data-dependent shape); exports' Shape(x) input is folded.
+# CumSum, TopK: axis and k must be constants (initializers, as exporters write them); their node tests feed
+#   them as inputs and all pass with constant args. Both are edgepack's own kernels (model/converters.py).
 # DequantizeLinear: fails for float8/4-bit/2-bit/float4 inputs and blocked (block_size) quantization, rejected at build.
 # Dropout: inference only; training_mode=1 (random values) fails, the optional mask output is refused at build.
 # Einsum: fails only for bfloat16.
 # Equal: fails only for strings.
 # Identity: fails only for sequence/optional values (Identity nodes are removed at build anyway).
 # LayerNormalization: every test asks for Mean/InvStdDev, refused at build; output 0 alone matches in all 19.
+# LSTM, GRU: all node tests pass (edgepack's kernels, model/recurrent.py); LSTM input_forget=1 and activations
+#   other than Sigmoid, Tanh, Relu, HardSigmoid, LeakyRelu, Softsign are refused at build.
 # MaxPool: the optional Indices output (2 with_argmax cases) is refused at build; output 0 alone matches.
 # Pow: float^float only; integer and mixed float/int exponents are rejected at build by TVM (ModelError).
 # Range: fails with run-time start/limit/delta (data-dependent shape); exports' Range is rewritten at build.
