@@ -16,6 +16,7 @@ from edgepack import standin
 from edgepack.board import load_board
 from edgepack.check import check_against_onnxruntime, max_rel_error
 from edgepack.deploy.device import Connection, open_device
+from edgepack.errors import ModelError
 from edgepack.deploy.local import run_local
 from edgepack.pipeline import build_package
 
@@ -39,8 +40,9 @@ def _rnn_model(cell: str, direction: str, layout: int = 0, lens: bool = False, *
     inputs += [helper.make_tensor_value_info("lens", TensorProto.INT32, ["batch"])] if lens else []
     inputs += [helper.make_tensor_value_info(s, F32, state) for s in states]
     outs = ["y", "y_h", "y_c"][:len(states) + 1]
-    node = helper.make_node(cell, ["x", "W", "R", "B", "lens" if lens else "", *states] + (["P"] if cell == "LSTM" else []),
-                            outs, hidden_size=HIDDEN, direction=direction, layout=layout, **attrs)
+    peepholes = ["P"] if cell == "LSTM" else []
+    node = helper.make_node(cell, ["x", "W", "R", "B", "lens" if lens else "", *states, *peepholes], outs,
+                            hidden_size=HIDDEN, direction=direction, layout=layout, **attrs)
     y_shape = tb[:1] + [dirs] + tb[1:] + [HIDDEN] if layout == 0 else ["batch", "time", dirs, HIDDEN]
     outputs = [helper.make_tensor_value_info("y", F32, y_shape)]
     outputs += [helper.make_tensor_value_info(o, F32, state) for o in outs[1:]]
@@ -171,3 +173,20 @@ def test_roberta_position_ids_by_cumsum_match_onnxruntime(tmp_path, export):
     sizes = [{"batch": b, "seq": s} for b, s in ((1, 2), (4, 32), (3, 17), (2, 31))]
     for dims, err in check_against_onnxruntime(bundle, path, sizes, _token_inputs):
         assert err < 1e-4, f"{dims}: max relative error {err:.2e}"
+
+
+def test_unsupported_variants_are_refused_with_one_line(tmp_path):
+    coupled = _rnn_model("LSTM", "forward", input_forget=1)
+    topk_k_input = helper.make_model(helper.make_graph(
+        [helper.make_node("TopK", ["x", "k"], ["v", "i"])], "g",
+        [helper.make_tensor_value_info("x", F32, ["n", 8]), helper.make_tensor_value_info("k", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("v", F32, ["n", 2]),
+         helper.make_tensor_value_info("i", TensorProto.INT64, ["n", 2])]),
+        opset_imports=[helper.make_opsetid("", 14)])
+    for model, ranges, needle in [(coupled, {"time": TIME, "batch": BATCH}, "input_forget=1"),
+                                  (topk_k_input, {"n": (1, 4)}, "TopK k must be a constant")]:
+        path = tmp_path / "m.onnx"
+        onnx.save(model, str(path))
+        with pytest.raises(ModelError, match=needle) as e:
+            build_package(path, "host", ranges, tmp_path / "pkg")
+        assert "\n" not in str(e.value) and not (tmp_path / "pkg").exists()

@@ -31,8 +31,8 @@ fail, several downsample linear/cubic/antialias cases with silently wrong values
 # Split: fails only for zero-size splits.
 SUPPORTED_OPS: frozenset[str] = frozenset(
     """
-    Abs Add And ArgMax AveragePool BatchNormalization Cast Ceil Clip Concat Constant ConstantOfShape Conv Cos
-    CumSum     DequantizeLinear Div Dropout Einsum Elu Equal Erf Exp Expand Flatten Floor Gather Gelu Gemm GlobalAveragePool
+    Abs Add And ArgMax AveragePool BatchNormalization Cast Ceil Clip Concat Constant ConstantOfShape Conv Cos CumSum
+    DequantizeLinear Div Dropout Einsum Elu Equal Erf Exp Expand Flatten Floor Gather Gelu Gemm GlobalAveragePool
     GlobalMaxPool Greater GRU HardSigmoid HardSwish Identity InstanceNormalization LayerNormalization LeakyRelu Less
     Log LSTM LogSoftmax MatMul Max MaxPool Mean Min Mul Neg Not Or Pad Pow PRelu Range Reciprocal ReduceL2 ReduceMax
     ReduceMean ReduceMin ReduceProd ReduceSum Relu Reshape Shape Sigmoid Sign Sin Slice Softmax Softplus

@@ -144,7 +144,8 @@ class _Recurrent(frontend.OnnxOpConverter):
         # (seq, dirs, batch, H) and (dirs, batch, H), as ONNX's layout 0 writes them
         outs = [bb.emit(relax.op.stack(list(vs), axis=1 if i == 0 else 0)) for i, vs in enumerate(zip(*per_dir))]
         if layout:  # -> (batch, seq, dirs, H) and (batch, dirs, H)
-            outs = [bb.emit(relax.op.permute_dims(v, [2, 0, 1, 3] if i == 0 else [1, 0, 2])) for i, v in enumerate(outs)]
+            outs = [bb.emit(relax.op.permute_dims(v, [2, 0, 1, 3] if i == 0 else [1, 0, 2]))
+                    for i, v in enumerate(outs)]
         return relax.Tuple(outs)
 
     @classmethod
