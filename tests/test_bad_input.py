@@ -275,3 +275,14 @@ def test_initializer_listed_as_input(tmp_path):
     r = run_cli("run", str(tmp_path / "k"), "--input", str(tmp_path / "x.npy"), "-o", str(tmp_path / "out"))
     assert r.returncode == 0, r.stderr
     assert np.allclose(np.load(tmp_path / "out" / "0_y.npy"), xv @ wv, atol=1e-5)
+
+
+def test_data_dependent_output_shape_refused_naming_the_node(tmp_path):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])
+    y = helper.make_tensor_value_info("y", TensorProto.INT64, [1, "k"])
+    p = tmp_path / "nz.onnx"
+    onnx.save(helper.make_model(helper.make_graph([helper.make_node("NonZero", ["x"], ["y"], name="find_nz")], "g",
+                                                  [x], [y]), opset_imports=[helper.make_opsetid("", 13)]), p)
+    r = run_cli("build", str(p), "--dim", "n=1:8", "-o", str(tmp_path / "out"))
+    assert_user_error(r, "NonZero with a data-dependent output shape (find_nz)")
+    assert not (tmp_path / "out").exists()

@@ -65,10 +65,10 @@ def workspace_bound(func: tirx.PrimFunc, dims: list[DimRange], target: tvm.targe
     root = root_block(func)
     n_allocs = len(root.alloc_buffers) if root is not None else 0
     bound = align_up(sum(int(v) for v in per_scope.values()) + 2 * ALIGN * n_allocs)
-    if target.kind.name == "c":
-        # At fixed shapes StorageRewrite may merge buffers that the symbolic kernel allocates separately
-        # (seen: a bert attention kernel's bool mask on Cortex-M): also count what the symbolic one asks for
-        bound = max(bound, _symbolic_allocations(func, target, ub) or 0)
+    # At fixed shapes StorageRewrite may merge buffers that the symbolic kernel allocates separately (seen: a
+    # bert attention kernel's bool mask on Cortex-M, RoBERTa's mask kernel on the host): also count what the
+    # symbolic one asks for
+    bound = max(bound, _symbolic_allocations(func, target, ub) or 0)
     return bound
 
 
@@ -116,9 +116,11 @@ def _at_upper_bounds(func: tirx.PrimFunc, ub: dict[str, int]) -> tirx.PrimFunc:
         shape = getattr(p, "shape", None)
         if shape is None or not all(isinstance(s, (tirx.IntImm, tirx.Var)) for s in shape):
             continue  # e.g. mt * tile: bound through the scalar mt above
-        free = {s.name for s in shape if isinstance(s, tirx.Var)} - bound
+        # vars that are no dim (edgepack's own kernels name theirs, e.g. outer) stay: no allocation uses them
+        free = {s.name for s in shape if isinstance(s, tirx.Var) and s.name in ub} - bound
         if free:
-            fixed = [tirx.IntImm("int64", ub[s.name]) if isinstance(s, tirx.Var) else s for s in shape]
+            fixed = [tirx.IntImm("int64", ub[s.name]) if isinstance(s, tirx.Var) and s.name in ub else s
+                     for s in shape]
             pm[p] = tirx.decl_buffer(fixed, p.dtype, name=p.name)
             bound |= free
     return func.specialize(pm) if pm else func

@@ -37,8 +37,13 @@ def _tvm_failure(e: BaseException) -> str:
 def import_relax(model: onnx.ModelProto) -> tvm.IRModule:
     from tvm.relax.frontend.onnx import from_onnx  # must be imported explicitly (FACTS.md)
 
+    from .converters import registered
+
     try:
-        return from_onnx(model, keep_params_in_input=True)
+        with registered():
+            return from_onnx(model, keep_params_in_input=True)
+    except ModelError:
+        raise
     except Exception as e:  # the frontend raises many types; the last line names the problem
         raise ModelError(f"TVM's ONNX importer failed: {_tvm_failure(e)}") from None
 

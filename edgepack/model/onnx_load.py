@@ -160,13 +160,19 @@ def resolve_dims(model: onnx.ModelProto, ranges: dict[str, tuple[int, int]]) -> 
 FIRST_OUTPUT_ONLY = {"LayerNormalization", "MaxPool", "BatchNormalization", "Dropout"}
 
 
+# Ops whose output shape depends on input values: a static memory plan cannot hold their outputs.
+DATA_DEPENDENT_OPS = {"NonZero", "Unique", "Compress", "NonMaxSuppression", "StringSplit"}
+
+
 def unsupported_ops(model: onnx.ModelProto) -> list[tuple[str, str]]:
     """(op_type, node name) of every node edgepack cannot compile, in graph order."""
     bad = []
     for i, node in enumerate(model.graph.node):
         domain_ok = node.domain in ("", "ai.onnx")
         name = node.name or f"#{i}"
-        if not domain_ok or node.op_type not in SUPPORTED_OPS:
+        if domain_ok and node.op_type in DATA_DEPENDENT_OPS:
+            bad.append((f"{node.op_type} with a data-dependent output shape", name))
+        elif not domain_ok or node.op_type not in SUPPORTED_OPS:
             op = node.op_type if domain_ok else f"{node.domain}::{node.op_type}"
             bad.append((op, name))
         elif node.op_type in FIRST_OUTPUT_ONLY and any(node.output[1:]):

@@ -13,12 +13,16 @@ when edgepack refuses those cases at build (model/op_fixes.py).
 # BatchNormalization: training_mode running-mean/var outputs are refused at build; output 0 matches in all 4 cases.
 # Cast: fails only for bfloat16/float8/float4/4-bit/2-bit/string types (refused at build); common dtypes pass.
 # ConstantOfShape: fails only with a run-time shape input (data-dependent shape); exports' Shape(x) input is folded.
+# CumSum, TopK: axis and k must be constants (initializers, as exporters write them); their node tests feed
+#   them as inputs and all pass with constant args. Both are edgepack's own kernels (model/converters.py).
 # DequantizeLinear: fails for float8/4-bit/2-bit/float4 inputs and blocked (block_size) quantization, rejected at build.
 # Dropout: inference only; training_mode=1 (random values) fails, the optional mask output is refused at build.
 # Einsum: fails only for bfloat16.
 # Equal: fails only for strings.
 # Identity: fails only for sequence/optional values (Identity nodes are removed at build anyway).
 # LayerNormalization: every test asks for Mean/InvStdDev, refused at build; output 0 alone matches in all 19.
+# LSTM, GRU: all node tests pass (edgepack's kernels, model/recurrent.py); LSTM input_forget=1 and activations
+#   other than Sigmoid, Tanh, Relu, HardSigmoid, LeakyRelu, Softsign are refused at build.
 # MaxPool: the optional Indices output (2 with_argmax cases) is refused at build; output 0 alone matches.
 # Pow: float^float only; integer and mixed float/int exponents are rejected at build by TVM (ModelError).
 # Range: fails with run-time start/limit/delta (data-dependent shape); exports' Range is rewritten at build.
@@ -32,12 +36,11 @@ when edgepack refuses those cases at build (model/op_fixes.py).
 SUPPORTED_OPS: frozenset[str] = frozenset(
     """
     Abs Add And ArgMax AveragePool BatchNormalization Cast Ceil Clip Concat Constant ConstantOfShape Conv
-    ConvTranspose Cos
-    DequantizeLinear Div Dropout Einsum Elu Equal Erf Exp Expand Flatten Floor Gather GatherND Gelu Gemm
-    GlobalAveragePool GlobalMaxPool Greater GreaterOrEqual GroupNormalization HardSigmoid HardSwish Identity
-    InstanceNormalization IsInf IsNaN LayerNormalization LeakyRelu Less LessOrEqual Log LogSoftmax MatMul Max
-    MaxPool Mean Min Mod Mul Neg Not Or Pad Pow PRelu Range Reciprocal ReduceL2 ReduceLogSumExp ReduceMax ReduceMean
-    ReduceMin ReduceProd ReduceSum Relu Reshape Resize ScatterND Shape Sigmoid Sign Sin Slice Softmax Softplus
-    Split Sqrt Squeeze Sub Sum Tanh Tile Transpose Trilu Unsqueeze Where Xor
+    ConvTranspose Cos CumSum DequantizeLinear Div Dropout Einsum Elu Equal Erf Exp Expand Flatten Floor Gather
+    GatherND Gelu Gemm GlobalAveragePool GlobalMaxPool Greater GreaterOrEqual GroupNormalization GRU HardSigmoid
+    HardSwish Identity InstanceNormalization IsInf IsNaN LayerNormalization LeakyRelu Less LessOrEqual Log LSTM
+    LogSoftmax MatMul Max MaxPool Mean Min Mod Mul Neg Not Or Pad Pow PRelu Range Reciprocal ReduceL2
+    ReduceLogSumExp ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum Relu Reshape Resize ScatterND Shape Sigmoid
+    Sign Sin Slice Softmax Softplus Split Sqrt Squeeze Sub Sum Tanh Tile TopK Transpose Trilu Unsqueeze Where Xor
     """.split()
 )
