@@ -2,13 +2,12 @@
 do not lower to TIR: LSTM and GRU (no converter), TopK (`relax.topk` legalizes to an extern sort call) and
 CumSum (`relax.cumsum` is left unlowered). Each becomes a TIR kernel (`call_tir`) the static plan can call.
 
-`registered()` adds them to the frontend's converter map while a model is imported (TVM's files stay as
-they are): the frontend looks its map up through the module function `_get_convert_map` on every use.
+model/custom_ops.py registers them with the frontend while a model is imported; LSTM and GRU live in
+model/recurrent.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 from functools import reduce
 
 import tvm
@@ -17,23 +16,6 @@ from tvm.relax.frontend.onnx import onnx_frontend as frontend
 from tvm.script import tirx as T
 
 from ..errors import ModelError
-
-
-@contextlib.contextmanager
-def registered():
-    """The frontend's converter map with edgepack's converters, for the duration of an import."""
-    base = frontend._get_convert_map
-    frontend._get_convert_map = lambda: {**base(), **_converters()}
-    try:
-        yield
-    finally:
-        frontend._get_convert_map = base
-
-
-def _converters() -> dict:
-    from .recurrent import GRU, LSTM
-
-    return {"CumSum": CumSum, "TopK": TopK, "LSTM": LSTM, "GRU": GRU}
 
 
 # -- helpers shared by the converters ---------------------------------------------------------------------

@@ -37,7 +37,7 @@ def _tvm_failure(e: BaseException) -> str:
 def import_relax(model: onnx.ModelProto) -> tvm.IRModule:
     from tvm.relax.frontend.onnx import from_onnx  # must be imported explicitly (FACTS.md)
 
-    from .converters import registered
+    from .custom_ops import registered
 
     try:
         with registered():
