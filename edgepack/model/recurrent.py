@@ -165,7 +165,7 @@ class _Recurrent(frontend.OnnxOpConverter):
     @classmethod
     def _direction(cls, bb, args: list, d: int, reverse: bool, acts: list, attr, has_lens: bool) -> list:
         """Y (seq, batch, H), Y_h and Y_c (batch, H) of direction d."""
-        (seq, batch, n_in), (dirs, gates_n, hidden) = shape_of(args[0]), (int(v) for v in shape_of(args[2]))
+        (seq, batch, n_in), (dirs, _, hidden) = shape_of(args[0]), (int(v) for v in shape_of(args[2]))
         dtype = str(args[0].ty.dtype)
         kernel = recurrent_kernel(cls.cell, dtype, dirs, d, int(n_in), hidden, reverse, has_lens, acts,
                                   attr.get("clip"), bool(attr.get("linear_before_reset", 0)))

@@ -82,7 +82,7 @@ def column_tiles(width: int, lanes: int) -> list[int]:
 
 def conv_block(func: tirx.PrimFunc) -> str | None:
     """The one conv2d block (n, f, y, x spatial; c, ry, rx reduction) with a dynamic n, or None."""
-    found = [b for b in _blocks(func) if b.name_hint.startswith(CONV_BLOCKS)]
+    found = [b for b in kernel_blocks(func) if b.name_hint.startswith(CONV_BLOCKS)]
     if len(found) != 1:
         return None
     ivs = found[0].iter_vars
@@ -250,7 +250,8 @@ def _block(func: tirx.PrimFunc, name: str):
     return sch.get(sch.get_sblock(name))
 
 
-def _blocks(func: tirx.PrimFunc) -> list:
+def kernel_blocks(func: tirx.PrimFunc) -> list:
+    """The blocks of a kernel as Relax legalizes it (all children of the root block)."""
     sch = s_tir.Schedule(tvm.IRModule({"main": func}))
     try:
         return [sch.get(b) for b in sch.get_child_blocks(sch.get_sblock("root"))]

@@ -17,7 +17,7 @@ import tvm
 from tvm import s_tir, tirx
 
 from ..model.plan import c_ident
-from .conv import ConvTiles, conv_block, extents_of, schedule_conv
+from .conv import ConvTiles, conv_block, extents_of, kernel_blocks, schedule_conv
 from .dense import DenseTiles, schedule_dense, schedule_matmul_rowwise
 from .pack import pack_func, packing
 
@@ -165,7 +165,7 @@ def _aligned(split: RowSplit, func: tirx.PrimFunc, tile: int) -> bool:
 
 def matmul_block(func: tirx.PrimFunc) -> str | None:
     """Name of the one reduction block shaped like C[.., i, j] += A[.., i, k] * B[.., k, j] (any layout)."""
-    found = [b.name_hint for b in _blocks(func) if any(iv.iter_type == 2 for iv in b.iter_vars)]
+    found = [b.name_hint for b in kernel_blocks(func) if any(iv.iter_type == 2 for iv in b.iter_vars)]
     if len(found) == 1 and "matmul" in found[0]:
         return found[0]
     return None
@@ -203,7 +203,7 @@ def find_row_split(func: tirx.PrimFunc) -> RowSplit | None:
 
 
 def _no_reduction_over_dyn(func: tirx.PrimFunc) -> bool:
-    return all(isinstance(iv.dom.extent, tirx.IntImm) for b in _blocks(func) for iv in b.iter_vars
+    return all(isinstance(iv.dom.extent, tirx.IntImm) for b in kernel_blocks(func) for iv in b.iter_vars
                if iv.iter_type == 2)
 
 
@@ -214,15 +214,6 @@ def root_block(func: tirx.PrimFunc):
         return sch.get(sch.get_sblock("root"))
     except Exception:  # ScheduleError: no block named root
         return None
-
-
-def _blocks(func: tirx.PrimFunc) -> list:
-    """The blocks of a kernel as Relax legalizes it (all children of the root block)."""
-    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
-    try:
-        return [sch.get(b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
-    except Exception:  # no root block (already lowered)
-        return []
 
 
 def specialize_rows(func: tirx.PrimFunc, split: RowSplit, tile: int) -> tirx.PrimFunc:
