@@ -133,6 +133,8 @@ def test_bench_counts_device_ticks(device, build, board):
     assert med[1] < med[8] < med[64], med
     many = device.bench(bundle, {"batch": 2}, BenchSettings(warmup=0, repeat=200))  # more than one frame holds
     assert len(many.samples_ns) == 200
+    with pytest.raises(RunError, match="--profile is not available on board .* run the bench without --profile"):
+        device.bench(bundle, {"batch": 2}, BenchSettings(profile=True))  # refused, not silently ignored
 
 
 def _raw(dev, data: bytes, quiet_s: float = 0.0) -> P.Reply:
