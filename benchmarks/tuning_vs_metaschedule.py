@@ -51,7 +51,8 @@ LAYERS = {"qkv_like": 768, "ffn_up": 3072}
 D = 768
 
 
-def _init_builder() -> None:  # MetaSchedule's build workers (FACTS.md: import this up front or time out)
+# MetaSchedule's build workers: import it up front or time out (docs/tvm-facts.md#tensor-intrinsics-import)
+def _init_builder() -> None:
     import tvm.s_tir.tensor_intrin  # noqa: F401
 
 

@@ -35,7 +35,7 @@ K = 256  # matmul K = N
 
 
 def _matmul_symbolic_m():
-    m = te.var("m", "int64")  # int64 symbolic dims (FACTS.md)
+    m = te.var("m", "int64")  # int64 symbolic dims (docs/tvm-facts.md#int64-dims)
     a = te.placeholder((m, K), name="A")
     b = te.placeholder((K, K), name="B")
     k = te.reduce_axis((0, K), "k")

@@ -1,5 +1,5 @@
 """The dense micro-kernel space: built from hardware limits, every configuration schedules without a
-bounds-check predicate on a real kernel, and the analytic adaptation behaves as DIETCODE.md defines it."""
+bounds-check predicate on a real kernel, and the analytic adaptation behaves as docs/tuning.md#cost-model defines it."""
 
 from __future__ import annotations
 

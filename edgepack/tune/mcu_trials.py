@@ -2,9 +2,10 @@
 puts a whole batch of candidate kernels into ONE firmware image (one flash per batch, not per trial), then
 times each candidate on the device through the serial protocol (device side: templates/firmware/ep_fw_trials.c).
 
-Candidates are compiled as C with vectorization off (TVM's "c" target cannot vectorize, FACTS.md: a
-vectorized loop becomes the plain loop the package's C kernels have). A candidate whose arguments do not fit
-the board's RAM, or that does not compile, comes back with `error` set and the batch goes on.
+Candidates are compiled as C with vectorization off (TVM's "c" target cannot vectorize,
+docs/tvm-facts.md#c-target-cannot-vectorize: a vectorized loop becomes the plain loop the package's C kernels
+have). A candidate whose arguments do not fit the board's RAM, or that does not compile, comes back with `error`
+set and the batch goes on.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""On-device measurement for the shape-generic tuner, through TVM RPC (DIETCODE.md section 3: "Measure on
+"""On-device measurement for the shape-generic tuner, through TVM RPC (docs/tuning.md#measurers: "Measure on
 the board (TVM RPC, repeated timed runs, median)").
 
 - `LocalRPC`: a tracker and N RPC servers on loopback (tests, and tuning for the machine edgepack runs on).
 - `export_kernel`: build a TIR kernel for a board and link it into a shared object ON THE HOST with the
-  board's compiler (boards have no compiler, FACTS.md).
+  board's compiler (boards have no compiler, docs/tvm-facts.md#rpc-export).
 - `Measurer`: runs kernels on the servers registered under one key (a board farm behind one tracker), one
   thread and at most one session per server, a fresh session per candidate: the server's session timeout
   then bounds each candidate, and a crash takes only that candidate's session with it.
