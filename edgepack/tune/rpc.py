@@ -224,15 +224,6 @@ class LocalRPC:
 
     # -- introspection ---------------------------------------------------------------------------------------
     @property
-    def tracker_pid(self) -> int | None:
-        return self._tracker.pid if self._tracker else None
-
-    @property
-    def server_pids(self) -> list[int]:
-        with self._lock:
-            return [p.pid for p in self._servers]
-
-    @property
     def pids(self) -> list[int]:
         """Process group ids of everything this farm has started and not yet reaped."""
         with self._lock:
