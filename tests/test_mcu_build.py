@@ -128,7 +128,7 @@ def test_tuner_hands_mcu_measurers_plain_c_candidates(tmp_path):
     batch), scheduled as the package compiles them: no vectorized or parallel loops."""
     import tvm
 
-    from edgepack.tune.rpc import MeasureResult
+    from edgepack.tune.measure import MeasureResult
     from edgepack.tune.tuner import TuneOptions, tune_model
 
     seen = []

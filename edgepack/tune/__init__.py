@@ -9,8 +9,11 @@ cost_model.py     the shared XGBoost cost model f(k) x a(S, k)
 cover.py          greedy weighted set cover of kernels over sampled shapes
 dispatch_tree.py  the table + decision-tree shape dispatcher, in Python and as C
 trial.py          a configuration as a measurable kernel on one shape
-rpc.py            on-device measurement through TVM RPC (tracker client, local farm, export, Measurer)
-mcu_trials.py     on-device measurement on a microcontroller (a firmware image per batch)
+measure.py        the Measurer protocol, MeasureInput/MeasureResult, and RPCMeasurer (on-device timing over TVM RPC)
+mcu_trials.py     McuMeasurer: on-device timing on a microcontroller (a firmware image per batch)
+tracker.py        a client of TVM's RPC tracker (its JSON protocol, no `import tvm`)
+farm.py           LocalRPC: a tracker and RPC servers on loopback, process groups, guardian, watchdog
+export.py         a kernel built for a board and linked on the host into a shared object
 db.py             the tuning database (SQLite)
 apply.py          a tuning database applied to a build (tuned schedules and dispatchers)
 """
