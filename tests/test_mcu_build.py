@@ -17,7 +17,7 @@ from edgepack.examples import EXAMPLES
 from edgepack.mcu.config import mcu_config
 from edgepack.pipeline import build_package, schedules_for
 
-pytestmark = pytest.mark.skipif(not have("arm-none-eabi-gcc"), reason="needs gcc-arm-none-eabi")
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not have("arm-none-eabi-gcc"), reason="needs gcc-arm-none-eabi")]
 MLP = EXAMPLES["mlp"]
 
 

@@ -29,6 +29,8 @@ from edgepack.tune.tuner import TuneOptions, Tuner, tune_model
 
 from conftest import run_cli, sizes_for
 
+pytestmark = pytest.mark.e2e
+
 MLP = EXAMPLES["mlp"]
 SMALL = dict(trials=12, samples="3", max_kernels=2, batch=4, progress=False)
 

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import inspect
 
+import pytest
+
 from edgepack.tune.mcu_trials import McuMeasurer
 from edgepack.tune.measure import Measurer, RPCMeasurer
+
+pytestmark = pytest.mark.unit
 
 
 def test_both_measurers_implement_the_protocol():

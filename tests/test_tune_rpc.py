@@ -15,6 +15,8 @@ import uuid
 
 import pytest
 
+pytestmark = pytest.mark.e2e
+
 tvm = pytest.importorskip("tvm")
 from tvm import te  # noqa: E402
 from tvm.script import tirx as T  # noqa: E402

@@ -11,6 +11,8 @@ from edgepack.schedule.dense import DenseTiles, schedule_dense
 from edgepack.schedule.variants import find_row_split, matmul_block, specialize_rows
 from edgepack.tune.space import DenseTask, Hardware, adaptation, best_fit_rows, candidates, features
 
+pytestmark = pytest.mark.unit
+
 AVX2 = Hardware(lanes=8, registers=16, cores=2)
 
 

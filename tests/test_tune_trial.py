@@ -15,6 +15,8 @@ from edgepack.tune.measure import RPCMeasurer
 from edgepack.tune.space import DenseTask, Hardware, best_fit_rows, candidates
 from edgepack.tune.trial import main_variant_input
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture(scope="module")
 def dense():
