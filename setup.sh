@@ -3,9 +3,10 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-# C toolchains and stand-in boards (FACTS.md): host gcc/make/size; Arm Linux cross compilers, qemu-user and
-# sshd for the stand-in Pi; arm-none-eabi and qemu-system-arm for the Cortex-M stand-ins; chromium renders
-# the HTML report in its test; debootstrap builds the cached arm64 root file system for on-board RPC.
+# C toolchains and stand-in boards (docs/tvm-facts.md#debian-packages): host gcc/make/size; Arm Linux cross
+# compilers, qemu-user and sshd for the stand-in Pi; arm-none-eabi and qemu-system-arm for the Cortex-M
+# stand-ins; chromium renders the HTML report in its test; debootstrap builds the cached arm64 root file system
+# for on-board RPC.
 APT_PACKAGES=(gcc make binutils file
   gcc-aarch64-linux-gnu libc6-dev-arm64-cross gcc-arm-linux-gnueabihf libc6-dev-armhf-cross qemu-user openssh-server debootstrap
   gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm

@@ -40,7 +40,8 @@ from edgepack.pipeline import lower_model, prepare
 from edgepack.schedule.dense import schedule_dense
 from edgepack.schedule.pack import pack_func, packing
 from edgepack.schedule.variants import specialize_rows
-from edgepack.tune.rpc import LocalRPC, MeasureInput, Measurer
+from edgepack.tune.farm import LocalRPC
+from edgepack.tune.measure import MeasureInput, RPCMeasurer
 from edgepack.tune.search import tiles_of
 from edgepack.tune.tasks import extract_tasks
 from edgepack.tune.trial import main_variant_input
@@ -51,7 +52,8 @@ LAYERS = {"qkv_like": 768, "ffn_up": 3072}
 D = 768
 
 
-def _init_builder() -> None:  # MetaSchedule's build workers (FACTS.md: import this up front or time out)
+# MetaSchedule's build workers: import it up front or time out (docs/tvm-facts.md#tensor-intrinsics-import)
+def _init_builder() -> None:
     import tvm.s_tir.tensor_intrin  # noqa: F401
 
 
@@ -133,7 +135,7 @@ def main() -> None:
     from edgepack.tune.samples import make_samples
 
     with tempfile.TemporaryDirectory() as tmp, LocalRPC(key=board.rpc_key) as farm, \
-            Measurer.local(board, farm, timeout_s=60) as m:
+            RPCMeasurer.local(board, farm, timeout_s=60) as m:
         tmp = Path(tmp)
         model_path = bert_dense_model(tmp / "bert_dense.onnx")
         dims = {"seq": (1, 256)}

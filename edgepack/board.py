@@ -76,7 +76,7 @@ class Board:
         return 32 if t.vector_bits >= 512 or t.triple.startswith("aarch64") else 16
 
     def tvm_target(self):
-        """The TVM target dict (FACTS.md: strings are rejected)."""
+        """The TVM target dict (strings are rejected: docs/tvm-facts.md#target-dicts)."""
         import tvm
 
         if self.target.kind == "c":  # C source: the kind takes no triple or core count; gcc gets the cpu flags

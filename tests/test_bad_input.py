@@ -10,6 +10,8 @@ from onnx import TensorProto, helper
 
 from edgepack.examples import EXAMPLES
 
+pytestmark = pytest.mark.e2e
+
 ENCODER = EXAMPLES["encoder"].path
 
 

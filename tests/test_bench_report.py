@@ -20,6 +20,8 @@ from edgepack.report import grid
 from edgepack.errors import SchemaError
 from edgepack.report.schema import JSON_SCHEMA, Stats, load_run, save_run, validate
 
+pytestmark = pytest.mark.e2e
+
 SIZES = [1, 8, 32]
 
 

@@ -7,6 +7,8 @@ import pytest
 from edgepack.board import board_files, load_board, load_board_file
 from edgepack.errors import BoardError
 
+pytestmark = pytest.mark.unit
+
 GOOD = """
 name = "x"
 [target]

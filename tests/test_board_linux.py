@@ -15,6 +15,8 @@ from edgepack.deploy.device import open_device
 from edgepack.errors import BoardError
 from edgepack.examples import EXAMPLES
 
+pytestmark = pytest.mark.e2e
+
 LINUX_BOARDS = ["rpi4", "rpi3-armv7", "generic-aarch64", "qemu-aarch64"]
 
 

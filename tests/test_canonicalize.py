@@ -25,6 +25,8 @@ from tvm.relax.frontend.onnx import from_onnx
 from edgepack.errors import DimError
 from edgepack.model.canonicalize import canonicalize, canonicalize_with_report
 
+pytestmark = pytest.mark.unit
+
 EXPORTS = os.path.join(os.path.dirname(__file__), "data", "exports")
 BERT_RANGES = {"batch": (1, 4), "seq": (1, 64)}
 CNN_RANGES = {"batch": (1, 4)}

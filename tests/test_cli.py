@@ -6,9 +6,12 @@ import json
 
 import numpy as np
 import onnxruntime as ort
+import pytest
 from conftest import run_cli
 
 from edgepack.examples import EXAMPLES
+
+pytestmark = pytest.mark.e2e
 
 
 def test_default_build_and_run(tmp_path):

@@ -15,6 +15,8 @@ import pytest
 
 from edgepack.model.ops import SUPPORTED_OPS
 
+pytestmark = pytest.mark.e2e
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "conformance.py"
 OPS = sorted(SUPPORTED_OPS)
 

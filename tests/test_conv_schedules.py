@@ -11,6 +11,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from edgepack.check import check_against_onnxruntime
 
+pytestmark = pytest.mark.unit
+
 BATCH = (1, 8)
 TOL = 1e-4
 

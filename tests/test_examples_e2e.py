@@ -12,6 +12,8 @@ from conftest import EXPORT_DIMS, EXPORTS, sizes_for
 from edgepack.check import check_against_onnxruntime, random_inputs
 from edgepack.examples import EXAMPLES
 
+pytestmark = pytest.mark.e2e
+
 TOL = 1e-4
 
 

@@ -14,6 +14,8 @@ from conftest import sizes_for
 from edgepack.check import check_against_onnxruntime, random_inputs
 from edgepack.model.ops import SUPPORTED_OPS
 
+pytestmark = pytest.mark.e2e
+
 HF = Path(__file__).parent / "data" / "exports" / "hf"
 DIMS = {"batch": (1, 4), "seq": (2, 32)}
 VOCAB = 128

@@ -427,7 +427,7 @@ def test_rpc_path_measured_on_board(hil, tracker, tmp_path):
 
     from edgepack.net import free_port
     from edgepack.errors import RPCUnavailableError
-    from edgepack.tune.rpc import Measurer, MeasureInput
+    from edgepack.tune.measure import MeasureInput, RPCMeasurer
 
     port = free_port() if hil.standin else int(hil.board.section("rpc").get("port", 9090))
     dev = hil.device()
@@ -445,7 +445,7 @@ def test_rpc_path_measured_on_board(hil, tracker, tmp_path):
     mm = MeasureInput(te.create_prim_func([a, b, c]), "mm", [((n, n), "float32")] * 3)
     try:
         assert f"bind to 127.0.0.1:{port}" in r.stdout or not hil.standin
-        with Measurer(hil.board, tracker=("127.0.0.1", tracker), wait_s=60) as m:
+        with RPCMeasurer(hil.board, tracker=("127.0.0.1", tracker), wait_s=60) as m:
             t0 = time.perf_counter()
             res = m.measure(mm)
             LOG["rpc measure 64^3 matmul (s)"] = round(time.perf_counter() - t0, 2)
@@ -467,7 +467,7 @@ def test_rpc_path_measured_on_board(hil, tracker, tmp_path):
         r = hil.edgepack("rpc-server", "stop", *hil.cli)
     assert r.returncode == 0 and "stopped" in r.stdout, r.stderr
     assert "not running" in hil.edgepack("rpc-server", "status", *hil.cli).stdout
-    with Measurer(hil.board, tracker=("127.0.0.1", tracker), wait_s=2) as m:  # the board's server is gone
+    with RPCMeasurer(hil.board, tracker=("127.0.0.1", tracker), wait_s=2) as m:  # the board's server is gone
         with pytest.raises(RPCUnavailableError) as e:
             m.measure(mm)
     assert len(str(e.value).splitlines()) == 1

@@ -22,6 +22,8 @@ from edgepack.codegen.bundle import Bundle
 from edgepack.model.names import c_string, package_name
 from edgepack.pipeline import build_package
 
+pytestmark = pytest.mark.e2e
+
 C_KEYWORDS = """auto break case char const continue default do double else enum extern float for goto if inline int
 long register restrict return short signed sizeof static struct switch typedef union unsigned void volatile while
 _Alignas _Alignof _Atomic _Bool _Complex _Generic _Imaginary _Noreturn _Static_assert _Thread_local""".split()

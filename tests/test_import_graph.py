@@ -7,6 +7,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.unit
+
 PKG = Path(__file__).resolve().parents[1] / "edgepack"
 
 # Lowest first; a module may import from its own layer and the layers before it.

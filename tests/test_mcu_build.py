@@ -17,7 +17,7 @@ from edgepack.examples import EXAMPLES
 from edgepack.mcu.config import mcu_config
 from edgepack.pipeline import build_package, schedules_for
 
-pytestmark = pytest.mark.skipif(not have("arm-none-eabi-gcc"), reason="needs gcc-arm-none-eabi")
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not have("arm-none-eabi-gcc"), reason="needs gcc-arm-none-eabi")]
 MLP = EXAMPLES["mlp"]
 
 
@@ -128,7 +128,7 @@ def test_tuner_hands_mcu_measurers_plain_c_candidates(tmp_path):
     batch), scheduled as the package compiles them: no vectorized or parallel loops."""
     import tvm
 
-    from edgepack.tune.rpc import MeasureResult
+    from edgepack.tune.measure import MeasureResult
     from edgepack.tune.tuner import TuneOptions, tune_model
 
     seen = []

@@ -11,7 +11,7 @@ from edgepack import standin
 from edgepack.board import load_board
 from edgepack.examples import EXAMPLES
 from edgepack.schedule.dense import DenseTiles
-from edgepack.tune.rpc import MeasureInput
+from edgepack.tune.measure import MeasureInput
 
 pytestmark = [pytest.mark.hil, pytest.mark.skipif(not (have("arm-none-eabi-gcc") and have("qemu-system-arm")),
                                                   reason="needs gcc-arm-none-eabi and qemu-system-arm")]

@@ -17,6 +17,8 @@ from test_bad_input import assert_user_error
 from edgepack.codegen.bundle import Bundle, verify
 from edgepack.examples import EXAMPLES
 
+pytestmark = pytest.mark.e2e
+
 MLP = EXAMPLES["mlp"].path  # the quickest example to build
 
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from edgepack.deploy.ssh import _package_files
 from edgepack.pipeline import build_package
+
+pytestmark = pytest.mark.e2e
 
 N = 1024  # a 1024 x 1024 float layer: 4 MiB of weights
 

@@ -14,6 +14,8 @@ from edgepack.model.symexpr import to_sym
 from edgepack.pipeline import lower_model, prepare, schedules_for
 from edgepack.schedule.variants import make_variants
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture(scope="module")
 def encoder_lowered():

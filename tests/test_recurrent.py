@@ -20,6 +20,8 @@ from edgepack.errors import ModelError
 from edgepack.deploy.local import run_local
 from edgepack.pipeline import build_package
 
+pytestmark = pytest.mark.e2e
+
 IN, HIDDEN = 6, 5
 TIME, BATCH = (1, 31), (1, 3)
 F32 = TensorProto.FLOAT

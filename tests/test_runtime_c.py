@@ -16,6 +16,8 @@ import pytest
 from edgepack.check import max_rel_error
 from edgepack.examples import EXAMPLES
 
+pytestmark = pytest.mark.unit
+
 HERE = Path(__file__).resolve().parent
 TEMPLATES = HERE.parent / "templates"
 ENCODER = EXAMPLES["encoder"].path

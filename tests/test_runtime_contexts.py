@@ -16,6 +16,8 @@ import pytest
 from edgepack.check import max_rel_error
 from edgepack.examples import EXAMPLES
 
+pytestmark = pytest.mark.e2e
+
 HERE = Path(__file__).resolve().parent
 TSAN = "-fsanitize=thread -g -O1"
 

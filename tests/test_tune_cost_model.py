@@ -7,9 +7,12 @@ import math
 import random
 
 import numpy as np
+import pytest
 
 from edgepack.tune.cost_model import CostModel, Observation, holdout_error
 from edgepack.tune.space import DenseTask, Hardware, adaptation, candidates
+
+pytestmark = pytest.mark.unit
 
 HW = Hardware(lanes=8, registers=16, cores=2)
 TASKS = [DenseTask("qkv", 64, 64, 1, 256), DenseTask("ffn1", 256, 64, 1, 256), DenseTask("ffn2", 64, 256, 1, 256)]

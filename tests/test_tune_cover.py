@@ -10,6 +10,8 @@ import pytest
 
 from edgepack.tune.cover import assign_best, assignment_cost, cover_cost, greedy_cover
 
+pytestmark = pytest.mark.unit
+
 INF = math.inf
 
 

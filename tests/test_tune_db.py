@@ -20,6 +20,8 @@ import pytest
 from edgepack.errors import EdgepackError
 from edgepack.tune.db import SCHEMA_VERSION, TuningDB, workload_key
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[1]
 DENSE = dict(op="dense", static_dims={"K": 768, "N": 768}, dtype="float32", board="rpi4")
 

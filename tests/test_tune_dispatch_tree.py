@@ -15,6 +15,8 @@ from edgepack.errors import DimError, EdgepackError
 from edgepack.model.plan import DimRange
 from edgepack.tune.dispatch_tree import Node, TreeDispatcher
 
+pytestmark = pytest.mark.unit
+
 # the model's dims, in the order the package's `dims` array holds them
 BATCH = DimRange("batch", "batch", 1, 4)
 SEQ = DimRange("seq", "seq", 1, 256)

@@ -22,11 +22,14 @@ from edgepack.examples import EXAMPLES
 from edgepack.pipeline import build_package, lower_model, prepare
 from edgepack.tune.db import TuningDB
 from edgepack.errors import RPCUnavailableError
-from edgepack.tune.rpc import LocalRPC, Measurer, group_alive
+from edgepack.tune.farm import LocalRPC, group_alive
+from edgepack.tune.measure import RPCMeasurer
 from edgepack.tune.tasks import extract_tasks
 from edgepack.tune.tuner import TuneOptions, Tuner, tune_model
 
 from conftest import run_cli, sizes_for
+
+pytestmark = pytest.mark.e2e
 
 MLP = EXAMPLES["mlp"]
 SMALL = dict(trials=12, samples="3", max_kernels=2, batch=4, progress=False)
@@ -58,7 +61,7 @@ def _rows_if_any(db: Path) -> list[tuple]:
 
 def test_tuned_package_matches_onnxruntime(tmp_path, host, farm):
     db = tmp_path / "t.db"
-    with Measurer.local(host, farm) as m:
+    with RPCMeasurer.local(host, farm) as m:
         rep = tune_model(MLP.path, host, dict(MLP.dims), db, m, TuneOptions(**SMALL))
     assert rep.measured > 0 and rep.failed == 0 and rep.tasks
     for t in rep.tasks:
@@ -80,7 +83,7 @@ def test_tuned_package_matches_onnxruntime(tmp_path, host, farm):
 def test_tuned_convolutions_match_onnxruntime(tmp_path, host, farm):
     """conv2d with a dynamic batch: one micro-kernel over whole images serves every batch size."""
     cnn, db = EXAMPLES["cnn"], tmp_path / "c.db"
-    with Measurer.local(host, farm) as m:
+    with RPCMeasurer.local(host, farm) as m:
         rep = tune_model(cnn.path, host, dict(cnn.dims), db, m, TuneOptions(trials=8, samples="2", progress=False))
     convs = [t for t in rep.tasks if t.task.startswith("fused_conv2d")]
     assert len(convs) == 2 and all(len(t.mains) == 1 and t.edge is None for t in convs)
@@ -99,7 +102,7 @@ def test_build_refuses_a_missing_database(tmp_path, host):
 class _KillServerAfterFirstBatch:
     """A real Measurer whose server is killed (SIGKILL, by process group) once the first batch is measured."""
 
-    def __init__(self, inner: Measurer, farm: LocalRPC):
+    def __init__(self, inner: RPCMeasurer, farm: LocalRPC):
         self.inner, self.farm, self.batches = inner, farm, 0
 
     def measure_batch(self, inputs, on_result=None):
@@ -113,13 +116,13 @@ def test_dead_server_stops_cleanly_and_the_run_resumes(tmp_path, host, farm):
     db = tmp_path / "t.db"
     model, dims = prepare(MLP.path, dict(MLP.dims))
     tasks = extract_tasks(lower_model("mlp", model, dims), dims)
-    with LocalRPC(key="dying", servers=1) as lonely, Measurer.local(host, lonely, wait_s=3) as m:
+    with LocalRPC(key="dying", servers=1) as lonely, RPCMeasurer.local(host, lonely, wait_s=3) as m:
         killer = _KillServerAfterFirstBatch(m, lonely)
         with TuningDB(db) as d, pytest.raises(RPCUnavailableError, match="RPC|server"):
             Tuner(tasks, host, d, killer, TuneOptions(**SMALL), "mlp").run()
     kept = _rows(db)
     assert len(kept) == SMALL["batch"]  # the first batch landed; the one in flight is lost, nothing else
-    with Measurer.local(host, farm) as m, TuningDB(db) as d:
+    with RPCMeasurer.local(host, farm) as m, TuningDB(db) as d:
         t = Tuner(tasks, host, d, m, TuneOptions(**SMALL), "mlp")
         assert t.reused == len(kept)
         rep = t.run()

@@ -15,27 +15,25 @@ import uuid
 
 import pytest
 
+pytestmark = pytest.mark.e2e
+
 tvm = pytest.importorskip("tvm")
 from tvm import te  # noqa: E402
 from tvm.script import tirx as T  # noqa: E402
 
 from edgepack.board import Timing, load_board  # noqa: E402
 from edgepack.errors import EdgepackError  # noqa: E402
-from edgepack.tune.rpc import (  # noqa: E402
-    LocalRPC,
-    MeasureInput,
-    Measurer,
-    RPCUnavailableError,
-    export_kernel,
-    group_alive,
-    tracker_summary,
-)
+from edgepack.errors import RPCUnavailableError  # noqa: E402
+from edgepack.tune.export import export_kernel  # noqa: E402
+from edgepack.tune.farm import LocalRPC, group_alive  # noqa: E402
+from edgepack.tune.measure import MeasureInput, RPCMeasurer  # noqa: E402
+from edgepack.tune.tracker import tracker_summary  # noqa: E402
 
 K = 256  # matmul K = N
 
 
 def _matmul_symbolic_m():
-    m = te.var("m", "int64")  # int64 symbolic dims (FACTS.md)
+    m = te.var("m", "int64")  # int64 symbolic dims (docs/tvm-facts.md#int64-dims)
     a = te.placeholder((m, K), name="A")
     b = te.placeholder((K, K), name="B")
     k = te.reduce_axis((0, K), "k")
@@ -107,7 +105,7 @@ def test_measure_shapes_on_both_servers(farm, board, matmul_so):
     assert len(farm.registered()) == 2
     inputs = [mm(matmul_so, 4), mm(matmul_so, 64), mm(matmul_so, 256),
               MeasureInput(axpy, "axpy", [((4096,), "float32"), ((4096,), "float32"), 4096])]
-    with Measurer.local(board, farm, wait_s=10) as meas:
+    with RPCMeasurer.local(board, farm, wait_s=10) as meas:
         res = meas.measure_batch(inputs)
     assert [r.error for r in res] == [None] * 4
     for r in res:
@@ -130,7 +128,7 @@ def test_failures_are_results_and_the_batch_goes_on(farm, board, matmul_so):
               mm(matmul_so, 16),
               MeasureInput(matmul_so, "mm", [((5, K), "float32"), ((K, K), "float32"), ((6, K), "float32")]),
               MeasureInput(matmul_so, "no_such_function", [((16,), "float32")])]
-    with Measurer.local(board, farm, timeout_s=2, wait_s=10) as meas:
+    with RPCMeasurer.local(board, farm, timeout_s=2, wait_s=10) as meas:
         res = meas.measure_batch(inputs)
     assert res[0].error.startswith("building does_not_build for board 'host' failed") and res[0].median_s is None
     assert res[2].error.startswith("timed out after 2 s") and res[2].median_s is None
@@ -161,7 +159,7 @@ def test_kill_one_server_mid_batch(farm, board, matmul_so):
 
     inputs = [mm(matmul_so, m) for m in (4, 8, 16, 32, 4, 8)]
     t0 = time.monotonic()
-    with Measurer.local(slow_board, farm, wait_s=10) as meas:
+    with RPCMeasurer.local(slow_board, farm, wait_s=10) as meas:
         res = meas.measure_batch(inputs, on_result=on_result)
     elapsed = time.monotonic() - t0
     assert [r.error for r in res] == [None] * len(inputs)
@@ -176,7 +174,7 @@ def test_kill_one_server_mid_batch(farm, board, matmul_so):
 
 def test_crashing_candidate(farm, board, matmul_so):
     inputs = [mm(matmul_so, 4), mm(matmul_so, 8), MeasureInput(crashes, "crashes", [((16,), "float32")])]
-    with Measurer.local(board, farm, wait_s=10) as meas:
+    with RPCMeasurer.local(board, farm, wait_s=10) as meas:
         res = meas.measure_batch(inputs)
     assert res[0].ok and res[1].ok
     assert res[2].error.startswith(f"crashed the RPC session on {res[2].server}")
@@ -187,9 +185,9 @@ def test_crashing_candidate(farm, board, matmul_so):
 def test_all_servers_gone(farm, board, matmul_so, caplog):
     for i in range(len(farm.servers)):
         farm.kill_server(i)
-    caplog.set_level(logging.WARNING, logger="edgepack.tune.rpc")
+    caplog.set_level(logging.WARNING, logger="edgepack.tune.measure")
     t0 = time.monotonic()
-    with Measurer.local(board, farm, wait_s=3) as meas, pytest.raises(RPCUnavailableError) as err:
+    with RPCMeasurer.local(board, farm, wait_s=3) as meas, pytest.raises(RPCUnavailableError) as err:
         meas.measure_batch([mm(matmul_so, 4), mm(matmul_so, 8)])
     elapsed = time.monotonic() - t0
     assert 3 <= elapsed < 10

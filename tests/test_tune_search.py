@@ -20,6 +20,8 @@ from edgepack.tune.space import DenseTask, Hardware
 from edgepack.tune.tasks import TuneTask
 from edgepack.tune.tuner import split_budget
 
+pytestmark = pytest.mark.unit
+
 SEQ = DimRange("seq", "seq", 1, 256)
 HW = Hardware(lanes=8, registers=16, cores=2)
 

@@ -1,5 +1,5 @@
 """The dense micro-kernel space: built from hardware limits, every configuration schedules without a
-bounds-check predicate on a real kernel, and the analytic adaptation behaves as DIETCODE.md defines it."""
+bounds-check predicate on a real kernel, and the analytic adaptation behaves as docs/tuning.md#cost-model defines it."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from edgepack.pipeline import lower_model, prepare
 from edgepack.schedule.dense import DenseTiles, schedule_dense
 from edgepack.schedule.variants import find_row_split, matmul_block, specialize_rows
 from edgepack.tune.space import DenseTask, Hardware, adaptation, best_fit_rows, candidates, features
+
+pytestmark = pytest.mark.unit
 
 AVX2 = Hardware(lanes=8, registers=16, cores=2)
 

@@ -10,9 +10,12 @@ from edgepack.examples import EXAMPLES
 from edgepack.pipeline import lower_model, prepare
 from edgepack.schedule.variants import find_row_split, matmul_block
 from edgepack.tune.cost_model import CostModel, Observation
-from edgepack.tune.rpc import LocalRPC, Measurer
+from edgepack.tune.farm import LocalRPC
+from edgepack.tune.measure import RPCMeasurer
 from edgepack.tune.space import DenseTask, Hardware, best_fit_rows, candidates
 from edgepack.tune.trial import main_variant_input
+
+pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +35,7 @@ def test_trials_measured_on_the_board_feed_the_cost_model(dense):
     space = candidates(task, hw)
     picks = [space[0], space[len(space) // 2], space[-1]]
     inputs = [main_variant_input(func, split, block, t, best_fit_rows(task, t, hw.cores)) for t in picks]
-    with LocalRPC(key="host", servers=1) as farm, Measurer.local(board, farm) as m:
+    with LocalRPC(key="host", servers=1) as farm, RPCMeasurer.local(board, farm) as m:
         results = m.measure_batch(inputs)
     assert all(r.ok and r.median_s > 0 for r in results), [r.error for r in results]
     model = CostModel(hw, min_observations=1)

@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 from conftest import run_cli
 
 from edgepack.check import TEST_DIR
 from edgepack.codegen.bundle import sha256
 from edgepack.examples import EXAMPLES
+
+pytestmark = pytest.mark.e2e
 
 
 def tamper_expected_output(pkg, case: int = 1) -> None:

@@ -1,4 +1,4 @@
-"""Compile every kernel variant of a package into ONE object file (FACTS.md: a single IRModule, so
+"""Compile every kernel variant of a package into ONE object file (a single IRModule, docs/tvm-facts.md#one-irmodule, so
 there is one `__tvm_ffi_main` at most), and bound the workspace each kernel asks the runtime for."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def kernel_module(impls: dict[str, KernelImpl]) -> tvm.IRModule:
 def compile_kernels(impls: dict[str, KernelImpl], target: tvm.target.Target, out: Path,
                     dims: list[DimRange]) -> KernelObject:
     mod = kernel_module(impls)
-    # Asserts off: shapes are checked once in ep_<model>_run, and kernels shrink ~6x (FACTS.md).
+    # Asserts off: shapes are checked once in ep_<model>_run, and kernels shrink ~6x (docs/tvm-facts.md#disable-assert).
     try:
         with tvm.transform.PassContext(opt_level=3, config={"tirx.disable_assert": True}):
             lib = tvm.tirx.build(mod, target=target)

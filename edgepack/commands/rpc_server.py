@@ -1,8 +1,9 @@
 """`edgepack rpc-server [start|stop|status] --board rpi4 --host H`: TVM's RPC server on a Linux board over SSH.
 
 The server (`python -m tvm.exec.rpc_server`, from the apache-tvm wheel installed on the board) runs in its own
-session on the board (setsid), so stopping it kills its whole process group, forked workers included
-(FACTS.md: workers keep the port after SIGTERM otherwise). Its pid and log are kept in the deploy directory.
+session on the board (setsid), so stopping it kills its whole process group, forked workers included (workers
+keep the port after SIGTERM otherwise: docs/tvm-facts.md#rpc-server-process-group). Its pid and log are kept
+in the deploy directory.
 """
 
 from __future__ import annotations

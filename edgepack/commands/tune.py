@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import TYPE_CHECKING
 
 from .. import argtypes
+
+if TYPE_CHECKING:
+    from ..tune.measure import Measurer
 
 
 def _endpoint(text: str | None, flag: str) -> tuple[str, int] | None:
@@ -19,7 +23,7 @@ def _endpoint(text: str | None, flag: str) -> tuple[str, int] | None:
     return host, int(port)
 
 
-def _mcu_measurer(a, board, stack):
+def _mcu_measurer(a, board, stack) -> Measurer:
     """Serial boards: candidates batched into firmware images, flashed to the board (--serial) or its
     stand-in, and timed through the serial protocol. A stand-in started here is stopped at the end."""
     from .. import standin
@@ -49,11 +53,12 @@ def _mcu_measurer(a, board, stack):
     return m
 
 
-def _measurer(a, board, stack):
+def _measurer(a, board, stack) -> Measurer:
     """The board's RPC endpoint from the flags; the host board gets its own tracker and server on loopback;
     microcontrollers (transport "serial") are measured through their serial protocol instead."""
     from ..errors import EdgepackError
-    from ..tune.rpc import LocalRPC, Measurer
+    from ..tune.farm import LocalRPC
+    from ..tune.measure import RPCMeasurer
 
     if board.transport_kind == "serial":
         return _mcu_measurer(a, board, stack)
@@ -64,15 +69,15 @@ def _measurer(a, board, stack):
     if tracker and server:
         raise EdgepackError("give --tracker or --server, not both")
     if tracker:
-        return stack.enter_context(Measurer(board, tracker=tracker, key=a.key))
+        return stack.enter_context(RPCMeasurer(board, tracker=tracker, key=a.key))
     if server:
-        return stack.enter_context(Measurer(board, server=server, key=a.key or ""))
+        return stack.enter_context(RPCMeasurer(board, server=server, key=a.key or ""))
     if board.transport_kind != "local":
         raise EdgepackError(f"board '{board.name}' runs kernels elsewhere: give its RPC tracker with "
                             "--tracker HOST:PORT (or a server with --server HOST:PORT)")
     farm = stack.enter_context(LocalRPC(key=board.rpc_key, servers=1))
     print(f"measuring on this machine through a local RPC tracker {farm.tracker_host}:{farm.tracker_port}")
-    return stack.enter_context(Measurer.local(board, farm))
+    return stack.enter_context(RPCMeasurer.local(board, farm))
 
 
 def _cmd(a: argparse.Namespace) -> int:

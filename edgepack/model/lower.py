@@ -1,7 +1,7 @@
 """ONNX -> Relax -> a static plan: ordered kernel calls over tensors with symbolic shapes, and an arena.
 
 Relax's own passes do the heavy lifting (legalize to TIR, fuse, plan storage at the dims' upper bounds);
-`_PlanWalker` turns the resulting flat `main` into a `Plan` (FACTS.md: "a ~40-line walk").
+`_PlanWalker` turns the resulting flat `main` into a `Plan` (docs/tvm-facts.md#relax-static-lowering).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def _tvm_failure(e: BaseException) -> str:
 
 
 def import_relax(model: onnx.ModelProto) -> tvm.IRModule:
-    from tvm.relax.frontend.onnx import from_onnx  # must be imported explicitly (FACTS.md)
+    from tvm.relax.frontend.onnx import from_onnx  # must be imported explicitly (docs/tvm-facts.md#onnx-import)
 
     from .custom_ops import registered
 

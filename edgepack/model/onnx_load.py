@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
-from onnx import TensorProto, helper
+from onnx import helper
 
 from ..errors import DimError, ModelError, UnsupportedOpsError
 from .ops import SUPPORTED_OPS
@@ -191,7 +191,3 @@ def check_ops(model: onnx.ModelProto) -> None:
             f"{len(bad)} node(s) use operators edgepack does not support: {listing}; "
             "see `edgepack inspect` for the supported list, or rewrite those nodes"
         )
-
-
-def elem_dtype(t: int) -> str:
-    return helper.tensor_dtype_to_np_dtype(t).name if t != TensorProto.UNDEFINED else "float32"

@@ -9,7 +9,7 @@ from ..board import Board
 def schedules_for(board: Board):
     from .variants import Schedules
 
-    if board.target.kind == "c":  # no vectorize (FACTS.md) and no thread pool on these boards
+    if board.target.kind == "c":  # no vectorize (docs/tvm-facts.md#c-target-cannot-vectorize), no thread pool here
         import tvm
 
         # DLight's CPU rules only act under an LLVM CPU target; their vectorized or parallel results are

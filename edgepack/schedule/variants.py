@@ -2,7 +2,7 @@
 
 A dense/matmul kernel gets its rows flattened into one axis first (schedule/rows.py: `x[batch, seq, K]`,
 `x[4, seq, K]`, `x[1, seq, K]` -> `x[rows, K]`, rows = the product of the leading dims), then it is
-compiled twice (DIETCODE.md, "peel the remainder"):
+compiled twice (docs/tuning.md#dynamic-axes-main-and-edge-kernels, "peel the remainder"):
   main: the function specialized to rows = mt * tile (mt a scalar argument), scheduled with whole tiles, so
         no bounds-check predicate sits in its inner loops;
   edge: the symbolic function with a row tile of 1 (also predicate-free), run on the last rows % tile rows.
@@ -95,7 +95,7 @@ class Schedules:
     vector_registers: int = 16
     cores: int = 1
     target: object = None  # tvm Target for the generic rules (DLight); None: leave other kernels unscheduled
-    # False for C-source kernels (target "c" cannot vectorize, FACTS.md; gcc vectorizes the plain loops) and
+    # False for C-source kernels (docs/tvm-facts.md#c-target-cannot-vectorize; gcc vectorizes the plain loops) and
     # single-core boards (no thread pool: parallel loops would only add launch overhead).
     vectorize: bool = True
     parallel: bool = True
@@ -133,7 +133,7 @@ def make_variants(name: str, func: tirx.PrimFunc, sched: Schedules) -> KernelImp
 def generic_schedule(func: tirx.PrimFunc, target, vectorize: bool = True, parallel: bool = True) -> tirx.PrimFunc:
     """DLight's CPU rules (reductions, GEMV): they move intermediates into the loops that use them, which
     shrinks kernel workspace from whole tensors to rows. A result with a bounds-check predicate on a
-    dynamic axis is refused (DIETCODE.md: no guards in inner loops), keeping the plain loop nest."""
+    dynamic axis is refused (no guards in inner loops: docs/tvm-facts.md#tail-predicate), keeping the plain loop nest."""
     if target is None:
         return func
     from tvm.s_tir import dlight as dl

@@ -161,8 +161,9 @@ def _known_hosts_line(lay: Layout, port: int) -> str:
 # --- the arm64 Python + TVM environment for the RPC path ---------------------------------------------------
 # Debian's arm64 python3 (debootstrap's first stage downloads it and its dependencies; the packages are
 # unpacked on the host, no emulated second stage) plus the aarch64 wheels of apache-tvm and numpy 2
-# (FACTS.md) installed on the host with `pip --target --platform`. Programs in it run through the stand-in's
-# binfmt with QEMU_LD_PREFIX pointing at it (a chroot would need a static qemu). Built once, cached.
+# (docs/tvm-facts.md#aarch64-rpc-server-under-qemu-user) installed on the host with `pip --target --platform`.
+# Programs in it run through the stand-in's binfmt with QEMU_LD_PREFIX pointing at it (a chroot would need a
+# static qemu). Built once, cached.
 
 TVM_WHEELS = ["apache-tvm==0.27.0.post1", "apache-tvm-ffi==0.1.14.post1", "numpy>=2", "cloudpickle", "psutil",
               "tornado"]

@@ -1,4 +1,4 @@
-"""The shared cost model of the joint search (DIETCODE.md section 2).
+"""The shared cost model of the joint search (docs/tuning.md#cost-model).
 
 f(k): the throughput (FLOP/s) micro-kernel k reaches with perfect fit, learned by XGBoost from shape-free
 features. a(S, k): the analytic adaptation to shape S (space.adaptation). Predicted latency:

@@ -1,4 +1,5 @@
-"""Pick a small kernel set for a range of shapes: greedy weighted set cover with a growing slack (DIETCODE.md §3).
+"""Pick a small kernel set for a range of shapes: greedy weighted set cover with a growing slack
+(docs/tuning.md#set-cover).
 
 Input: a latency matrix L[samples x kernels] (seconds, predicted or measured; inf = the kernel cannot run the
 sample or its measurement failed), sample weights w and a cap K on the number of kernels (a board setting:
@@ -180,7 +181,7 @@ def assignment_cost(latency: np.ndarray, weights: Sequence[float] | np.ndarray |
 
 def cover_cost(latency: np.ndarray, weights: Sequence[float] | np.ndarray | None, kernels: Sequence[int]) -> float:
     """The weighted latency of a kernel set, each sample on its fastest kernel of the set. Use it to score a
-    cover chosen on predicted latencies against measured ones (DIETCODE.md §3, verification)."""
+    cover chosen on predicted latencies against measured ones (docs/tuning.md#joint-search, verification)."""
     return assignment_cost(latency, weights, assign_best(latency, kernels))
 
 

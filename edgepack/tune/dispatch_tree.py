@@ -1,4 +1,4 @@
-"""The tuned shape dispatcher (DIETCODE.md §4): an exact table for the sampled instances plus a depth-capped
+"""The tuned shape dispatcher (docs/tuning.md#dispatcher): an exact table for the sampled instances plus a depth-capped
 decision tree for the instances between them, in Python (`choose`) and as C (`emit_c`).
 
 - Table: each sampled instance packs into one int64 key, its dims combined lexicographically,

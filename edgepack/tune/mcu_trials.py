@@ -1,10 +1,11 @@
-"""Tuning on a microcontroller: a measurer with the interface of tune.rpc.Measurer (`measure_batch`) that
+"""Tuning on a microcontroller: a `tune.measure.Measurer` (`measure_batch`) that
 puts a whole batch of candidate kernels into ONE firmware image (one flash per batch, not per trial), then
 times each candidate on the device through the serial protocol (device side: templates/firmware/ep_fw_trials.c).
 
-Candidates are compiled as C with vectorization off (TVM's "c" target cannot vectorize, FACTS.md: a
-vectorized loop becomes the plain loop the package's C kernels have). A candidate whose arguments do not fit
-the board's RAM, or that does not compile, comes back with `error` set and the batch goes on.
+Candidates are compiled as C with vectorization off (TVM's "c" target cannot vectorize,
+docs/tvm-facts.md#c-target-cannot-vectorize: a vectorized loop becomes the plain loop the package's C kernels
+have). A candidate whose arguments do not fit the board's RAM, or that does not compile, comes back with `error`
+set and the batch goes on.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ..errors import BuildError, EdgepackError, error_line, last_line
 from ..mcu.config import mcu_config
 from ..mcu.firmware import FIRMWARE, config_header, linker_script
 from ..model.plan import align_up
-from .rpc import MeasureInput, MeasureResult
+from .measure import MeasureInput, MeasureResult
 
 CMD_INFO, CMD_TRIAL = 1, 16
 RUNTIME = ("ep_runtime.c", "ep_runtime.h", "ep_internal.h", "ep_tvm_abi.h", "ep_platform.h", "ep_platform_single.c")
@@ -45,7 +46,8 @@ class TrialImage:
 
 
 class McuMeasurer:
-    """Measures candidate kernels on a microcontroller board, a firmware image per batch of `per_image`."""
+    """Measures candidate kernels on a microcontroller board, a firmware image per batch of `per_image` (a
+    `tune.measure.Measurer`, beside the RPC one)."""
 
     def __init__(self, board: Board, conn: Connection | None = None, workdir: str | Path | None = None,
                  per_image: int = 64, workspace_bytes: int = 4096, timeout_s: float = 300):

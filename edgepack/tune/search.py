@@ -1,4 +1,4 @@
-"""Joint search for one task over all its samples (DIETCODE.md section 3).
+"""Joint search for one task over all its samples (docs/tuning.md#joint-search).
 
 Every round proposes a batch of micro-kernels by evolution under the shared cost model: fitness is the
 weighted latency the samples would have if the kernel joined the best kernels found so far, mutation picks a

@@ -1,5 +1,5 @@
-"""The micro-kernel search spaces (DIETCODE.md section 1) and the analytic adaptation of a micro-kernel to a
-shape (section 2), for two operator classes:
+"""The micro-kernel search spaces (docs/tuning.md#search-space) and the analytic adaptation of a micro-kernel to a
+shape (docs/tuning.md#cost-model), for two operator classes:
   DenseTask  dense/matmul with a dynamic row count (transformer layers): DenseTiles
   ConvTask   conv2d NCHW with a dynamic batch (CNNs): ConvTiles over one image
 

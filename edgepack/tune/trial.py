@@ -12,7 +12,7 @@ from ..schedule.conv import ConvTiles, schedule_conv
 from ..schedule.dense import DenseTiles, schedule_dense
 from ..schedule.pack import pack_func, packing
 from ..schedule.variants import RowSplit, specialize_rows
-from .rpc import MeasureInput
+from .measure import MeasureInput
 
 
 def kernel_name(tiles: DenseTiles | ConvTiles) -> str:

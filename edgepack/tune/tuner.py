@@ -181,7 +181,7 @@ class Tuner:
         row count), or the BuildError it gave. Boards without a POSIX loader (MCUs) get the PrimFunc itself:
         their measurer builds a whole batch into one firmware image."""
         from ..errors import BuildError
-        from .rpc import export_kernel
+        from .export import export_kernel
         from .trial import kernel_name, main_variant
 
         key = (i, t)
@@ -200,7 +200,7 @@ class Tuner:
         return self._built[key]
 
     def _measure(self, i: int, pairs, run: int) -> None:
-        from .rpc import MeasureInput, MeasureResult
+        from .measure import MeasureInput, MeasureResult
         from .trial import args_spec, kernel_name
 
         if not pairs:

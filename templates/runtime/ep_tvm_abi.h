@@ -1,7 +1,8 @@
-/* The slice of the DLPack and TVM-FFI C ABIs that TVM-generated kernels use (FACTS.md).
+/* The slice of the DLPack and TVM-FFI C ABIs that TVM-generated kernels use (docs/tvm-facts.md#packed-func-abi).
  * Kernels are `int32_t __tvm_ffi_<name>(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* ret)`;
  * each tensor argument is a DLTensor* tagged kTVMFFIDLTensorPtr, each scalar an int64 tagged kTVMFFIInt.
- * Layouts match dlpack.h and tvm/ffi/c_api.h (checked by tests/test_runtime_c.py). */
+ * Layouts match dlpack.h and tvm/ffi/c_api.h (checked against TVM's headers by
+ * tests/test_runtime_c.py::test_abi_layout_matches_tvm_headers, through tests/c/abi_layout.c). */
 #ifndef EP_TVM_ABI_H_
 #define EP_TVM_ABI_H_
 

@@ -1,46 +1,36 @@
-"""On-device measurement for the shape-generic tuner, through TVM RPC (DIETCODE.md section 3: "Measure on
-the board (TVM RPC, repeated timed runs, median)").
+"""On-device measurement for the shape-generic tuner (docs/tuning.md#measurers: "Measure on the board,
+repeated timed runs, median").
 
-- `LocalRPC`: a tracker and N RPC servers on loopback (tests, and tuning for the machine edgepack runs on).
-- `export_kernel`: build a TIR kernel for a board and link it into a shared object ON THE HOST with the
-  board's compiler (boards have no compiler, FACTS.md).
-- `Measurer`: runs kernels on the servers registered under one key (a board farm behind one tracker), one
-  thread and at most one session per server, a fresh session per candidate: the server's session timeout
-  then bounds each candidate, and a crash takes only that candidate's session with it.
+- `Measurer`: what the tuner needs of a measurer (a Protocol). Two implement it: `RPCMeasurer` here (Linux
+  boards and this machine, through TVM RPC) and `tune.mcu_trials.McuMeasurer` (microcontrollers, a firmware
+  image per batch, timed through the serial protocol).
+- `MeasureInput` / `MeasureResult`: one kernel run and its outcome.
+- `RPCMeasurer`: runs kernels on the servers registered under one key (a board farm behind one tracker,
+  tune/tracker.py; `tune.farm.LocalRPC` on loopback), one thread and at most one session per server, a fresh
+  session per candidate: the server's session timeout then bounds each candidate, and a crash takes only that
+  candidate's session with it. Kernels are built with `tune.export.export_kernel`.
 
 Faults. A candidate that fails to build, times out, raises on the device or crashes the server comes back
 as a `MeasureResult` with `error` set and the batch goes on. A server that disappears (killed, rebooted,
 network) costs no candidate: the one in flight is measured again on another server. With no server left
 the measurer waits up to `wait_s` for one to (re)register, then raises `RPCUnavailableError`.
 
-TVM 0.27 RPC behaviour this module works around (checked on this machine):
-- `rpc_server`/`rpc_tracker` search ports in [--port, --port-end) with --port-end defaulting to 9199:
-  a free port above 9199 fails with "cannot bind to any port in [P, 9199)" unless --port-end is given.
-- `tvm.rpc.connect_tracker` retries a refused connection for 60 s in 5 s steps; the tracker's
-  REQUEST blocks until a server is free, forever. This module speaks the tracker's JSON protocol itself.
+TVM 0.27 RPC behaviour this module works around (docs/tvm-facts.md#rpc-traps):
 - A candidate that crashes the session process (SIGSEGV) kills the server's listen thread
   ("Child process N exited unsuccessfully with error code -11"): the process stays alive, leaves the
   tracker, and its port still accepts TCP connections but never answers. The client sees
   "Check failed: (code == RPCCode::kReturn) is false: code=kShutdown", the same as when the server is
   killed; a refused TCP probe of the server's port tells the two apart.
-- `tvm.support.cc.cross_compiler(...)` appends the options of every call to its own base options: build a
-  fresh one per export.
+- `tvm.rpc.connect_tracker` blocks (tune/tracker.py speaks the tracker's protocol instead).
 """
 
 from __future__ import annotations
 
-import atexit
-import json
 import logging
-import os
 import select
 import shutil
-import signal
 import socket
 import statistics
-import struct
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -50,449 +40,15 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from ..board import Board
 from ..errors import BuildError, EdgepackError, RPCUnavailableError, one_line
-from ..net import free_port
+from .export import export_kernel
+from .farm import LocalRPC
+from .tracker import TrackerConn, registered_servers, tracker_summary
 
 log = logging.getLogger(__name__)
-
-# tvm.rpc.base constants, repeated so that LocalRPC and the tracker client need no `import tvm` (seconds)
-_TRACKER_MAGIC = 0x2F271
-_TRACKER_SUCCESS = 0
-_TRACKER_REQUEST = 4
-_TRACKER_SUMMARY = 6
-
-
-# ---------------------------------------------------------------------------------------------------------
-# tracker protocol: [int32 length][json], after a 4-byte magic handshake
-
-
-class _TrackerConn:
-    def __init__(self, host: str, port: int, timeout: float = 5.0):
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        try:
-            self.sock.sendall(struct.pack("<i", _TRACKER_MAGIC))
-            if struct.unpack("<i", self._recv(4))[0] != _TRACKER_MAGIC:
-                raise ConnectionError(f"{host}:{port} is not a TVM RPC tracker")
-        except BaseException:
-            self.sock.close()
-            raise
-
-    def _recv(self, n: int) -> bytes:
-        buf = b""
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError("RPC tracker closed the connection")
-            buf += chunk
-        return buf
-
-    def send(self, msg: list) -> None:
-        data = json.dumps(msg).encode()
-        self.sock.sendall(struct.pack("<i", len(data)) + data)
-
-    def recv(self) -> Any:
-        n = struct.unpack("<i", self._recv(4))[0]
-        return json.loads(self._recv(n).decode())
-
-    def summary(self) -> dict:
-        self.send([_TRACKER_SUMMARY])
-        code, value = self.recv()
-        if code != _TRACKER_SUCCESS:
-            raise ConnectionError(f"RPC tracker summary failed: {value!r}")
-        return value
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-def tracker_summary(host: str, port: int, timeout: float = 5.0) -> dict:
-    """The tracker's summary: {"queue_info": {key: {"free", "pending"}}, "server_info": [{"key": "server:K",
-    "addr": [host, port]}, ...]}. Raises OSError when the tracker does not answer."""
-    conn = _TrackerConn(host, port, timeout)
-    try:
-        return conn.summary()
-    finally:
-        conn.close()
-
-
-def registered_servers(summary: dict, key: str) -> list[tuple[str, int]]:
-    """Addresses of the servers registered under `key` (busy ones included)."""
-    return [(str(s["addr"][0]), int(s["addr"][1])) for s in summary.get("server_info", [])
-            if s.get("key") == f"server:{key}"]
-
-
-# ---------------------------------------------------------------------------------------------------------
-# LocalRPC
-
-
-@dataclass
-class _Proc:
-    popen: subprocess.Popen
-    port: int
-    log: Path
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-
-class LocalRPC:
-    """A tracker and `servers` RPC servers on loopback, each in its own process group.
-
-        with LocalRPC(key="host", servers=2) as lr:
-            m = Measurer(board, tracker=(lr.tracker_host, lr.tracker_port), key=lr.key)
-
-    Also `lr = LocalRPC(...).start()` / `lr.stop()`; a farm not stopped is stopped at interpreter exit.
-    `restart=True` keeps the farm at strength: a server that leaves the tracker (killed, or turned into a
-    listener that never answers by a crashing candidate) is killed and started again on a new port.
-    Starting one server costs two TVM imports (~7 s each on this machine).
-    """
-
-    def __init__(self, key: str = "local", servers: int = 1, *, host: str = "127.0.0.1",
-                 start_timeout: float = 120.0, log_dir: str | Path | None = None, restart: bool = False,
-                 python: str = sys.executable, env: dict[str, str] | None = None):
-        if servers < 1:
-            raise ValueError("LocalRPC needs at least one server")
-        self.key = key
-        self.n_servers = servers
-        self.tracker_host = host
-        self.tracker_port = 0
-        self.start_timeout = start_timeout
-        self.restart = restart
-        self._python = python
-        self._env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-        self._own_log_dir = log_dir is None
-        self._log_dir = Path(log_dir) if log_dir else None
-        self._tracker: _Proc | None = None
-        self._servers: list[_Proc] = []
-        self._all: list[_Proc] = []  # every process ever started (stop() kills and reaps them all)
-        self._lock = threading.RLock()
-        self._stopping = threading.Event()
-        self._watchdog: threading.Thread | None = None
-        self._guardian: subprocess.Popen | None = None
-        self._n_started = 0
-
-    # -- life cycle ----------------------------------------------------------------------------------------
-    def __enter__(self) -> LocalRPC:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    def start(self) -> LocalRPC:
-        if self._tracker is not None:
-            return self
-        if self._log_dir is None:
-            self._log_dir = Path(tempfile.mkdtemp(prefix="edgepack-rpc-"))
-        self._log_dir.mkdir(parents=True, exist_ok=True)
-        self._stopping.clear()
-        atexit.register(self.stop)
-        (self._log_dir / "groups").write_text("")
-        self._guardian = subprocess.Popen([self._python, "-c", _GUARDIAN, str(os.getpid()), str(self._log_dir / "groups")],
-                                          stdin=subprocess.DEVNULL, start_new_session=True)
-        try:
-            self._start_tracker()
-            for _ in range(self.n_servers):
-                self._servers.append(self._spawn_server())
-            self.wait_registered(self.n_servers, self.start_timeout)
-        except BaseException:
-            self.stop()
-            raise
-        if self.restart:
-            self._watchdog = threading.Thread(target=self._watch, name="edgepack-rpc-watchdog", daemon=True)
-            self._watchdog.start()
-        return self
-
-    def stop(self) -> None:
-        """Kill every process group started (SIGKILL: the server's forked session children keep the port
-        after SIGTERM) and reap them. Safe to call twice."""
-        self._stopping.set()
-        if self._watchdog is not None and self._watchdog is not threading.current_thread():
-            self._watchdog.join(timeout=10)
-        self._watchdog = None
-        with self._lock:
-            procs, self._all, self._servers, self._tracker = self._all, [], [], None
-        guardian, self._guardian = self._guardian, None
-        _kill_groups([p.popen for p in procs] + ([guardian] if guardian else []))
-        atexit.unregister(self.stop)
-        if self._own_log_dir and self._log_dir is not None:
-            shutil.rmtree(self._log_dir, ignore_errors=True)
-            self._log_dir = None
-
-    # -- introspection ---------------------------------------------------------------------------------------
-    @property
-    def tracker_pid(self) -> int | None:
-        return self._tracker.pid if self._tracker else None
-
-    @property
-    def server_pids(self) -> list[int]:
-        with self._lock:
-            return [p.pid for p in self._servers]
-
-    @property
-    def pids(self) -> list[int]:
-        """Process group ids of everything this farm has started and not yet reaped."""
-        with self._lock:
-            return [p.pid for p in self._all]
-
-    @property
-    def servers(self) -> list[str]:
-        """"host:port" of each server (the id a MeasureResult carries)."""
-        with self._lock:
-            return [f"{self.tracker_host}:{p.port}" for p in self._servers]
-
-    def server_log(self, i: int) -> str:
-        with self._lock:
-            path = self._servers[i].log
-        return path.read_text(errors="replace") if path.exists() else ""
-
-    def registered(self) -> list[tuple[str, int]]:
-        return registered_servers(tracker_summary(self.tracker_host, self.tracker_port), self.key)
-
-    def kill_server(self, i: int) -> None:
-        """Kill server i's process group now (fault injection); with restart=True the watchdog replaces it."""
-        with self._lock:
-            p = self._servers[i]
-        _kill_group(p.popen, reap=True)
-
-    def wait_registered(self, n: int | None = None, timeout: float | None = None) -> None:
-        """Block until the tracker lists this farm's servers (at least n of them) as registered and free."""
-        n = self.n_servers if n is None else n
-        timeout = self.start_timeout if timeout is None else timeout
-        deadline = time.monotonic() + timeout
-        seen: list = []
-        while True:
-            self._check_alive()
-            try:
-                summary = tracker_summary(self.tracker_host, self.tracker_port, timeout=2.0)
-                with self._lock:
-                    ours = {p.port for p in self._servers}
-                seen = [a for a in registered_servers(summary, self.key) if a[1] in ours]
-                free = summary.get("queue_info", {}).get(self.key, {}).get("free", 0)
-                if len(seen) >= n and free >= n:
-                    return
-            except OSError:
-                pass  # tracker not listening yet
-            if time.monotonic() > deadline:
-                raise EdgepackError(
-                    f"RPC servers with key '{self.key}' did not register with the tracker "
-                    f"{self.tracker_host}:{self.tracker_port} within {timeout:g} s ({len(seen)}/{n} registered); "
-                    f"logs in {self._log_dir}")
-            time.sleep(0.25)
-
-    # -- internals -------------------------------------------------------------------------------------------
-    def _spawn(self, name: str, args: list[str], port: int) -> _Proc:
-        self._n_started += 1
-        log_path = self._log_dir / f"{name}-{self._n_started}.log"
-        with open(log_path, "wb") as f:
-            popen = subprocess.Popen([self._python, "-m", *args], stdin=subprocess.DEVNULL, stdout=f,
-                                     stderr=subprocess.STDOUT, start_new_session=True, env=self._env)
-        p = _Proc(popen, port, log_path)
-        with self._lock:
-            self._all.append(p)
-            with open(self._log_dir / "groups", "a") as g:
-                g.write(f"{popen.pid}\n")
-        return p
-
-    def _start_tracker(self) -> None:
-        for _attempt in range(3):
-            port = free_port(self.tracker_host)
-            p = self._spawn("tracker", ["tvm.exec.rpc_tracker", "--host", self.tracker_host, "--port", str(port),
-                                        "--port-end", str(port + 1)], port)
-            deadline = time.monotonic() + self.start_timeout
-            while p.popen.poll() is None and time.monotonic() < deadline:
-                try:
-                    tracker_summary(self.tracker_host, port, timeout=2.0)
-                    self._tracker, self.tracker_port = p, port
-                    return
-                except OSError:
-                    time.sleep(0.25)
-            _kill_group(p.popen)
-            if "cannot bind" not in _tail(p.log):  # lost a race for the port: try another one
-                break
-        raise EdgepackError(f"the RPC tracker did not start on {self.tracker_host}: {_tail(p.log) or 'no output'}")
-
-    def _spawn_server(self) -> _Proc:
-        port = free_port(self.tracker_host)
-        return self._spawn("server", ["tvm.exec.rpc_server", "--tracker", f"{self.tracker_host}:{self.tracker_port}",
-                                      "--key", self.key, "--host", self.tracker_host, "--port", str(port),
-                                      "--port-end", str(port + 1)], port)
-
-    def _check_alive(self) -> None:
-        with self._lock:
-            procs = ([self._tracker] if self._tracker else []) + list(self._servers)
-        for i, p in enumerate(procs):
-            if p.popen.poll() is None:
-                continue
-            if p is not self._tracker and "cannot bind" in _tail(p.log):  # lost a port race: start it again
-                with self._lock:
-                    self._servers[self._servers.index(p)] = self._spawn_server()
-                continue
-            what = "tracker" if p is self._tracker else "RPC server"
-            raise EdgepackError(f"the {what} (pid {p.pid}) exited with code {p.popen.returncode}: "
-                                f"{_tail(p.log) or 'no output'} (log {p.log})")
-
-    def _watch(self) -> None:
-        """restart=True: replace servers that left the tracker for more than 3 s or exited."""
-        missing_since: dict[int, float] = {}
-        started: dict[int, float] = {}
-        while not self._stopping.wait(1.0):
-            try:
-                reg = {a[1] for a in self.registered()}
-            except OSError:
-                continue  # the tracker is gone: nothing a server restart would fix
-            now = time.monotonic()
-            with self._lock:
-                for i, p in enumerate(list(self._servers)):
-                    if p.port in reg:
-                        missing_since.pop(p.pid, None)
-                        started.pop(p.pid, None)
-                        continue
-                    if p.pid in started and p.popen.poll() is None and now - started[p.pid] < self.start_timeout:
-                        continue  # still starting
-                    first = missing_since.setdefault(p.pid, now)
-                    if now - first < 3.0 and p.popen.poll() is None:
-                        continue
-                    if self._stopping.is_set():
-                        return
-                    log.warning("RPC server %s:%d (key %s) left the tracker: restarting it",
-                                self.tracker_host, p.port, self.key)
-                    _kill_group(p.popen)
-                    self._all.remove(p)
-                    q = self._spawn_server()
-                    self._servers[i] = q
-                    started[q.pid] = now
-
-
-def _tail(path: Path, n: int = 1) -> str:
-    try:
-        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
-    except OSError:
-        return ""
-    return " | ".join(lines[-n:])
-
-
-# Runs beside a LocalRPC in its own session: if the process that owns the farm dies without stopping it
-# (SIGKILL, a crash), it kills every process group the farm started. Process groups, because an RPC server
-# forks session workers that outlive it otherwise (they hold their own pipe open and never see EOF).
-_GUARDIAN = r'''
-import os, signal, sys, time
-owner, groups = sys.argv[1], sys.argv[2]
-def owner_alive():
-    try:
-        with open(f"/proc/{owner}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-while os.path.exists(groups) and owner_alive():
-    time.sleep(0.3)
-if os.path.exists(groups):
-    for pgid in open(groups).read().split():
-        try:
-            os.killpg(int(pgid), signal.SIGKILL)
-        except (OSError, ValueError):
-            pass
-'''
-
-
-def _kill_group(popen: subprocess.Popen, reap: bool = True) -> None:
-    _kill_groups([popen], reap)
-
-
-def _kill_groups(popens: Sequence[subprocess.Popen], reap: bool = True) -> None:
-    """SIGKILL each process group, reap the leaders, wait (<= 5 s) until no member is left running.
-    Members whose parent died are reparented and reaped by init: they may linger as zombies for a moment."""
-    for p in popens:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    if not reap:
-        return
-    for p in popens:
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            log.warning("process %d did not exit after SIGKILL", p.pid)
-    deadline = time.monotonic() + 5
-    while any(group_alive(p.pid) for p in popens) and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
-def group_alive(pgid: int) -> bool:
-    """True while a process of group `pgid` is running (zombies waiting for init to reap them don't count)."""
-    proc = Path("/proc")
-    if not proc.is_dir():
-        try:
-            os.killpg(pgid, 0)
-            return True
-        except (ProcessLookupError, PermissionError):
-            return False
-    for d in proc.iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp ...
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            return True
-    return False
-
-
-# ---------------------------------------------------------------------------------------------------------
-# building a kernel for a board
-
-
-def export_kernel(func_or_mod, board: Board, path: str | Path, *, name: str | None = None,
-                  asserts: bool = True) -> Path:
-    """Build a TIR PrimFunc / IRModule (or take a built runtime Module) for `board.tvm_target()` and link it
-    into a shared object on the host with the board's compiler. Returns `path`.
-
-    Asserts stay ON by default: a kernel called with shapes or dtypes it was not built for fails with an
-    error instead of reading or writing out of bounds (which would crash the server). They cost a few
-    checks at kernel entry, outside every loop; packages build with asserts off (codegen/kernels.py)."""
-    import tvm
-    from tvm.support import cc
-
-    path = Path(path)
-    if board.toolchain.platform != "posix":
-        raise BuildError(f"board '{board.name}': RPC measurement needs a board that loads shared objects "
-                         f"(toolchain.platform 'posix'), this one is '{board.toolchain.platform}'")
-    what = name or "kernel"
-    try:
-        if isinstance(func_or_mod, tvm.runtime.Module):
-            lib = func_or_mod
-        else:
-            if isinstance(func_or_mod, tvm.tirx.PrimFunc):
-                attrs = func_or_mod.attrs
-                has_sym = attrs is not None and "global_symbol" in attrs
-                sym = name or (str(attrs["global_symbol"]) if has_sym else "main")
-                what = sym
-                mod = tvm.IRModule({sym: func_or_mod.with_attr("global_symbol", sym)})
-            elif isinstance(func_or_mod, tvm.IRModule):
-                mod = func_or_mod
-            else:
-                raise TypeError(f"expected a PrimFunc, IRModule or runtime Module, got {type(func_or_mod).__name__}")
-            config = {} if asserts else {"tirx.disable_assert": True}
-            with tvm.transform.PassContext(opt_level=3, config=config):
-                lib = tvm.tirx.build(mod, target=board.tvm_target())
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # a fresh cross_compiler per export: it accumulates the options of every call it serves
-        fcompile = cc.cross_compiler(board.toolchain.cc,
-                                     options=[*board.toolchain.cflags, *board.toolchain.ldflags])
-        lib.export_library(str(path), fcompile=fcompile)
-    except Exception as e:  # TVM errors derive from several bases (ValueError, RuntimeError, TVMError...)
-        raise BuildError(f"building {what} for board '{board.name}' failed: {one_line(e)}") from None
-    return path
-
-
-# ---------------------------------------------------------------------------------------------------------
-# measuring
 
 
 ArgSpec = tuple[Sequence[int], str] | int
@@ -526,12 +82,25 @@ class MeasureResult:
         return self.error is None
 
 
+
+@runtime_checkable
+class Measurer(Protocol):
+    """What the tuner asks of a measurer: every input measured, results in input order, a failed candidate
+    as a result with `error` set (never an exception). `on_result(index, result)` as each result lands.
+    Measurers are context managers; `close()` removes what they built."""
+
+    def measure_batch(self, inputs: Sequence[MeasureInput],
+                      on_result: Callable[[int, MeasureResult], None] | None = None) -> list[MeasureResult]: ...
+
+    def close(self) -> None: ...
+
+
 class _Lost(Exception):
     """The server went away (not the candidate's fault): measure the candidate again elsewhere."""
 
 
-class Measurer:
-    """Measures kernels on the RPC servers of one board.
+class RPCMeasurer:
+    """Measures kernels on the RPC servers of one board (a `Measurer`).
 
     Endpoint: `tracker=(host, port)` and `key` (default `board.rpc_key`), or `server=(host, port)` for a
     single server started without a tracker (then `key` is that server's --key, default "").
@@ -570,10 +139,10 @@ class Measurer:
         self._last_wait_log = 0.0
 
     @classmethod
-    def local(cls, board: Board, farm: LocalRPC, **kw) -> Measurer:
+    def local(cls, board: Board, farm: LocalRPC, **kw) -> RPCMeasurer:
         return cls(board, tracker=(farm.tracker_host, farm.tracker_port), key=farm.key, **kw)
 
-    def __enter__(self) -> Measurer:
+    def __enter__(self) -> RPCMeasurer:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -733,7 +302,7 @@ class Measurer:
         deadline = None
         while True:
             try:
-                conn = _TrackerConn(th, tp, timeout=5.0)
+                conn = TrackerConn(th, tp, timeout=5.0)
             except OSError:
                 deadline = self._waiting(deadline, f"the RPC tracker {th}:{tp} (for key '{self.key}')")
                 continue
@@ -742,15 +311,11 @@ class Measurer:
                     deadline = self._waiting(deadline)
                     continue
                 deadline = None
-                conn.send([_TRACKER_REQUEST, self.key, "", self.priority])
+                conn.request(self.key, self.priority)
                 while True:
                     ready, _, _ = select.select([conn.sock], [], [], 1.0)
                     if ready:
-                        code, value = conn.recv()
-                        if code != _TRACKER_SUCCESS:
-                            raise ConnectionError(f"tracker refused the request: {value!r}")
-                        host, port, matchkey = value
-                        return str(host), int(port), str(matchkey)
+                        return conn.reply()
                     # still queued: fine while some server is registered (it is busy), else count down
                     if registered_servers(tracker_summary(th, tp, timeout=5.0), self.key):
                         deadline = None
