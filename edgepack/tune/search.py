@@ -8,6 +8,13 @@ matrix plus each sample's predicted best) is verified: every (sample, kernel) pa
 will run it (main kernel on the whole tiles, edge kernel on the remainder), and the final cover of at most K
 kernels is taken from those measured numbers. The dispatcher is fitted on the result.
 
+Mispredictions change the choice: when the verified predictions of a task are typically more than `OFF_BY`
+times off the board's numbers (either way), the model's shortlist is not trusted. A second shortlist is then
+drawn from the measurements alone: each trial kernel's measured throughput, carried to every sample by the
+analytic adaptation only (no XGBoost), and its kernels are verified too before the final cover. This was
+chosen over re-weighting the task's samples in the shared model: it cannot be misled by the model it
+distrusts, and costs a bounded extra verification (at most K + 1 kernels x samples), not trials.
+
 Shapes are recorded in the database as {"m": rows} (a dense layer's rows, a convolution's batch): the
 workload's only dynamic extent, whatever the model calls its dim, so models with the same layer share
 measurements. A convolution's micro-kernel covers one image, so it has no edge kernel: its "run" on a
@@ -28,11 +35,12 @@ from ..schedule.dense import DenseTiles
 from .cost_model import CostModel, Observation
 from .cover import greedy_cover
 from .samples import Samples
-from .space import Hardware, best_fit_rows, candidates
+from .space import Hardware, adaptation, best_fit_rows, candidates
 from .tasks import TuneTask
 
 GENERATIONS = 3
 EPSILON = 0.2  # share of each batch spent on random untried kernels (keeps the model honest)
+OFF_BY = 2.0  # verified predictions typically further than this factor from the measured: the model is off
 
 
 def config(t: DenseTiles) -> dict:
@@ -61,6 +69,12 @@ class TaskResult:
     best_trial_s: list[float]  # per sample: best measured single kernel among the verified shortlist
     trials: int  # trial kernels measured for this task (over all runs)
     verified: int  # (kernel, rows) pairs measured in verification
+    model_off_by: float = 1.0  # typical factor between the model's and the measured latencies of its shortlist
+    measured_picks: int = 0  # kernels verified because the measurements (not the model) chose them
+
+    @property
+    def model_off(self) -> bool:
+        return self.model_off_by > OFF_BY
 
 
 @dataclass
@@ -177,6 +191,46 @@ class TaskSearch:
                       / self.task.op.flop(self.trial_rows(good[j])))
         return [good[j] for j in dict.fromkeys(picks + [fastest])]
 
+    def measured_shortlist(self, k_max: int) -> list:
+        """The shortlist the measurements alone give: a cover of each trial kernel's measured throughput
+        (on its trial rows) carried to every sample by the analytic adaptation, plus each sample's best."""
+        good = self.good_trials()
+        op, cores = self.task.op, self.hw.cores
+        f = np.array([op.flop(r) / adaptation(op, t, r, cores) / self.known[(t, r)]
+                      for t, r in ((t, self.trial_rows(t)) for t in good)])
+        L = np.stack([op.flop(s) / (f * np.array([adaptation(op, t, s, cores) for t in good]))
+                      for s in self.samples.values])
+        picks = greedy_cover(L, self.samples.weights, k_max=k_max).kernels + list(L.argmin(axis=1))
+        return [good[int(j)] for j in dict.fromkeys(picks)]
+
+    def off_by(self, predicted: np.ndarray, mains: list, edge: DenseTiles | None) -> float:
+        """exp(mean |log(predicted / measured)|) over every verified (sample, kernel) run: how far off the
+        model typically is, whichever the direction. `predicted`: [samples x mains], made before measuring."""
+        logs = [abs(math.log(predicted[i, j] / m)) for i, s in enumerate(self.samples.values)
+                for j, t in enumerate(mains) if math.isfinite(m := self.run_latency(t, edge, s))]
+        return math.exp(float(np.mean(logs))) if logs else 1.0
+
+    def verify(self, k_max: int, measure) -> TaskResult:
+        """Measure the shortlist as the package runs it (`measure(pairs)` records them), react to a model
+        that is off (module doc), and choose the final set from measured numbers. Predictions are taken
+        before their pairs are measured: the model refits on every measurement."""
+        mains, edge = self.shortlist(k_max), self.edge_tiles()
+        P = self._predict(mains)
+        verified = self._measure_runs(mains, edge, measure)
+        off = self.off_by(P, mains, edge)
+        extra = [t for t in self.measured_shortlist(k_max) if t not in mains] if off > OFF_BY else []
+        if extra:
+            P = np.hstack([P, self._predict(extra)])
+            verified += self._measure_runs(extra, edge, measure)
+        res = self.choose(mains + extra, edge, k_max, verified, predicted=P)
+        return dataclasses.replace(res, model_off_by=off, measured_picks=len(extra))
+
+    def _measure_runs(self, mains: list, edge: DenseTiles | None, measure) -> int:
+        new = [p for p in self.run_pairs(mains, edge) if p not in self.known]
+        if new:
+            measure(new)
+        return len(new)
+
     def edge_tiles(self) -> DenseTiles | None:
         """The row-tile-1 kernel for remainders: the best predicted over 1..7 leftover rows. Its views start
         at a whole number of main tiles, so any column tiling of the space may serve (row tile set to 1)."""
@@ -209,7 +263,10 @@ class TaskSearch:
         parts = ([self.known.get((t, whole))] if whole else []) + ([self.known.get((edge, rest))] if rest else [])
         return math.inf if any(p is None for p in parts) else float(sum(parts))
 
-    def choose(self, mains: list, edge: DenseTiles | None, k_max: int, verified: int) -> TaskResult:
+    def choose(self, mains: list, edge: DenseTiles | None, k_max: int, verified: int,
+               predicted: np.ndarray | None = None) -> TaskResult:
+        """The final cover of the measured runs; `predicted` [samples x mains]: the model's numbers to record
+        (default: its current predictions)."""
         L = np.array([[self.run_latency(t, edge, s) for t in mains] for s in self.samples.values])
         cover = greedy_cover(L, self.samples.weights, k_max=k_max)
         if not cover.kernels:
@@ -217,7 +274,7 @@ class TaskSearch:
         chosen = [mains[j] for j in cover.kernels]
         col = {j: i for i, j in enumerate(cover.kernels)}
         assign = [col[int(a)] for a in cover.assign]
-        P = self._predict(chosen)
+        P = (self._predict(mains) if predicted is None else predicted)[:, cover.kernels]
         return TaskResult(
             task=self.task.kernel, mains=chosen, edge=edge, samples=self.samples, assign=assign,
             measured_s=[float(L[i, cover.kernels[a]]) for i, a in enumerate(assign)],
