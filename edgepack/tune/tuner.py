@@ -58,6 +58,11 @@ class TuneReport:
     cost_model: str = "reg"
 
     @property
+    def cost_model_error(self) -> float:
+        """The held-back median relative error alone (what reports before the rank figures read)."""
+        return self.holdout.error
+
+    @property
     def model_off(self) -> list[TaskResult]:
         """Tasks whose verified predictions were more than 2x off (the measurements chose kernels too)."""
         return [t for t in self.tasks if t.model_off]

@@ -1,0 +1,112 @@
+"""Cost-model objective: `--cost-model rank` vs `reg` on the same trial budget (issue 15, part 1).
+
+A small comparison, not the zoo: one BERT-sized dense layer (Y = X W + b, X [M, 768], W 768x768, M = seq in
+1..256) tuned with T trials on this machine (board "host", TVM RPC), once per objective and seed, each run in
+a fresh database. Every (kernel, rows) pair is measured for real once and the number replayed to every later
+run that asks for it (a measurement cache in front of the RPC measurer), so the runs differ only by what the
+search chose, not by the noise of the machine.
+Figures per run: the final kernel set's weighted latency over the samples (measured, as the package runs it),
+and the cost model on held-back measurements (median relative error, Kendall's tau, measured top 5 among
+predicted top 20). Writes benchmarks/results/cost_model_objectives.json.
+
+    nice python benchmarks/cost_model_objectives.py [--trials 24] [--seeds 0 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from edgepack.board import load_board
+from edgepack.tune.rpc import LocalRPC, Measurer
+from edgepack.tune.trial import kernel_name
+from edgepack.tune.tuner import TuneOptions, tune_model
+
+RESULTS = Path(__file__).resolve().parent / "results"
+D = 768
+
+
+def dense_model(path: Path) -> Path:
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((D, D)) / 30).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(D).astype(np.float32), "b")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["mm"]), helper.make_node("Add", ["mm", "b"], ["y"])]
+    g = helper.make_graph(nodes, "dense", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["seq", D])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["seq", D])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), path)
+    return path
+
+
+class CachedMeasurer:
+    """The RPC measurer, each (kernel name, arguments) measured once and replayed after that."""
+
+    def __init__(self, inner):
+        self.inner, self.cache, self.real = inner, {}, 0
+
+    def measure_batch(self, inputs):
+        keys = [(i.func_name, repr(i.args_spec)) for i in inputs]
+        todo = [j for j, k in enumerate(keys) if k not in self.cache]
+        todo = list({keys[j]: j for j in todo}.values())
+        for j, r in zip(todo, self.inner.measure_batch([inputs[j] for j in todo]) if todo else []):
+            self.cache[keys[j]] = r
+        self.real += len(todo)
+        return [self.cache[k] for k in keys]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trials", type=int, default=24)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    ap.add_argument("--samples", default="8")
+    a = ap.parse_args()
+    board = load_board("host")
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp, LocalRPC(key=board.rpc_key) as farm, \
+            Measurer.local(board, farm, timeout_s=60) as m:
+        tmp = Path(tmp)
+        cached = CachedMeasurer(m)
+        model = dense_model(tmp / "dense.onnx")
+        for seed in a.seeds:
+            for objective in ("reg", "rank"):
+                t0 = time.perf_counter()
+                rep = tune_model(model, board, {"seq": (1, 256)}, tmp / f"{objective}_{seed}.db", cached,
+                                 TuneOptions(trials=a.trials, samples=a.samples, seed=seed, progress=False,
+                                             cost_model=objective))
+                (t,) = rep.tasks
+                w = np.array(t.samples.weights)
+                row = {"objective": objective, "seed": seed, "seconds": time.perf_counter() - t0,
+                       "weighted_latency_us": float(np.dot(w, t.measured_s) / w.sum() * 1e6),
+                       "kernels": [kernel_name(k) for k in t.mains], "edge": kernel_name(t.edge) if t.edge else None,
+                       "holdout": rep.holdout.to_json(), "model_off_by": t.model_off_by,
+                       "measured_picks": t.measured_picks, "trials": t.trials, "verified": t.verified}
+                runs.append(row)
+                print(json.dumps(row), flush=True)
+        real = cached.real
+    by = {o: [r for r in runs if r["objective"] == o] for o in ("reg", "rank")}
+    mean = lambda rs, f: float(np.mean([f(r) for r in rs if f(r) is not None]))  # noqa: E731
+    summary = {o: {"weighted_latency_us_mean": mean(rs, lambda r: r["weighted_latency_us"]),
+                   "tau_mean": mean(rs, lambda r: r["holdout"]["tau"]),
+                   "recall_mean": mean(rs, lambda r: r["holdout"]["recall"]),
+                   "median_error_mean": mean(rs, lambda r: r["holdout"]["error"])} for o, rs in by.items()}
+    summary["rank_vs_reg_latency"] = (summary["reg"]["weighted_latency_us_mean"]
+                                      / summary["rank"]["weighted_latency_us_mean"])  # > 1: rank's kernels faster
+    out = {"benchmark": "cost_model_objectives", "machine": platform.processor() or platform.machine(),
+           "cores": board.target.cores, "layer": f"dense {D}x{D}, M = seq in 1..256", "trials": a.trials,
+           "samples": a.samples, "seeds": a.seeds, "real_measurements": real, "summary": summary, "runs": runs,
+           "note": "one layer, 2 seeds: too small to choose the default; rank_vs_reg_latency > 1 means rank's "
+                   "final kernels are faster"}
+    print(json.dumps(summary, indent=1))
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "cost_model_objectives.json").write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
