@@ -120,7 +120,7 @@ def _holdout_line(h) -> str:
     if h.n == 0 or math.isnan(h.error):
         return "n/a on held-back measurements (too few measurements)"
     rank = "n/a" if math.isnan(h.tau) else f"{h.tau:.2f}"
-    recall = "n/a" if math.isnan(h.recall) else f"{100 * h.recall:.0f}%"
+    recall = "n/a (no task has 20 held back)" if math.isnan(h.recall) else f"{100 * h.recall:.0f}%"
     return (f"median error {100 * h.error:.0f}%, Kendall's tau {rank}, measured top 5 in predicted top 20 "
             f"{recall}, on {h.n} held-back measurements")
 

@@ -128,7 +128,8 @@ class Holdout:
     """How well a model predicts measurements it did not see (nan where there were too few)."""
     error: float  # median relative error of the latency
     tau: float  # Kendall's tau of predicted vs measured throughput, within each task, weighted by its pairs
-    recall: float  # share of each task's measured top 5 found in its predicted top 20
+    recall: float  # share of each task's measured top 5 found in its predicted top 20 (tasks with more than
+    #                20 held-back measurements only: with fewer it is 1 by construction; nan when none has)
     n: int  # held-back measurements
 
     def to_json(self) -> dict:
@@ -152,6 +153,8 @@ def holdout_quality(model: CostModel, held: list[Observation], top: int = 5, amo
         if math.isfinite(tau):
             taus.append(tau)
             pairs.append(len(group) * (len(group) - 1) / 2)
+        if len(group) <= among:  # every held-back kernel is in the predicted top 20: recall 1, says nothing
+            continue
         best = set(np.argsort(-measured, kind="stable")[:top])
         hits += len(best & set(np.argsort(-predicted, kind="stable")[:among]))
         wanted += len(best)

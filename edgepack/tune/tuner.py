@@ -183,7 +183,7 @@ class Tuner:
         bar.set_description_str(f"verifying {s.task.kernel}", refresh=True)
         res = s.verify(k_max, lambda pairs: self._measure(i, pairs, run))
         self.db.save_selection(self.workloads[i], {"m": [s.task.op.lo, s.task.op.hi]},
-                               selection_json(res), run=run)
+                               selection_json(res) | {"cost_model": s.model.objective}, run=run)
         return res
 
     def _kernel(self, i: int, t):
@@ -242,7 +242,7 @@ class Tuner:
         good = [(s.known[(t, s.trial_rows(t))], t) for t in s.good_trials()]
         if not good:
             return s.task.kernel
-        lat, t = min(good)
+        lat, t = min(good, key=lambda g: g[0])  # ties: the first (tiles do not order)
         pred = s.model.predict_latency(s.task.op, [t], s.trial_rows(t))[0]
         return f"{s.task.kernel}: best {lat * 1e6:.1f} us measured, {pred * 1e6:.1f} predicted"
 
