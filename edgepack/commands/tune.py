@@ -106,9 +106,19 @@ def _cmd(a: argparse.Namespace) -> int:
         geo = math.exp(sum(math.log(p / m) for p, m in zip(t.predicted_s, t.measured_s)) / len(t.measured_s))
         print(f"  {t.task}: {len(t.mains)} micro-kernel(s) [{tiles}], {t.trials} trials, "
               f"predicted/measured {geo:.2f} (geomean over {len(t.samples.values)} samples)")
+    if rep.model_off:
+        print(f"  cost model off by more than 2x for {len(rep.model_off)} task(s), and what the search did:")
     for t in rep.model_off:
-        print(f"  {t.task}: cost model off x{t.model_off_by:.1f} at verification (more than 2x): "
-              f"{t.measured_picks} kernel(s) chosen from the measurements alone were verified too")
+        said = []
+        if t.off_in_search:
+            said.append(f"x{t.search_off_by:.1f} on a batch of trials: its samples re-weighted x{t.reweighted:.0f} "
+                        f"in the shared model, {t.measured_trials} trial(s) chosen from the measurements")
+        if t.model_off:
+            said.append(f"x{t.model_off_by:.1f} at verification: {t.measured_picks} kernel(s) chosen from the "
+                        "measurements alone verified too")
+        else:
+            said.append(f"x{t.model_off_by:.2f} at verification")
+        print(f"    {t.task}: " + "; ".join(said))
     if rep.skipped:
         print(f"  not tunable on this board (row tiles would break alignment or registers): {', '.join(rep.skipped)}")
     print(f"build with it: edgepack build {a.model} --board {board.name} "

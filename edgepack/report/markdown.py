@@ -48,8 +48,13 @@ def tuning_rows(run: Run) -> tuple[list[str], list[list[str]]] | None:
     for t in tuning:
         pm = [(p, m) for p, m in zip(t["predicted_s"], t["measured_s"]) if p and m]
         geo, off = t.get("predicted_over_measured"), t.get("model_off_by")
-        verdict = (f"off (> 2x): {t.get('measured_picks', 0)} kernel(s) chosen from measurements" if t["model_off"]
-                   else "ok")
+        said = []
+        if (t.get("search_off_by") or 0) > 2:
+            said.append(f"off in search (x{t['search_off_by']:.1f}): samples re-weighted x{t.get('reweighted') or 1:.0f}, "
+                        f"{t.get('measured_trials', 0)} trial(s) from measurements")
+        if t["model_off"]:
+            said.append(f"off (> 2x): {t.get('measured_picks', 0)} kernel(s) chosen from measurements")
+        verdict = "; ".join(said) or "ok"
         rows.append([t["kernel"], t.get("cost_model") or "", str(len(t["samples"])),
                      fmt_time(sum(p for p, _ in pm) * 1e9) if pm else "", fmt_time(sum(m for _, m in pm) * 1e9) if pm else "",
                      f"{geo:.2f}" if geo else "", f"x{off:.2f}" if off else "", verdict])

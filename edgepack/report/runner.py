@@ -102,5 +102,7 @@ def tuning_facts(manifest: dict) -> list[dict] | None:
              "measured_s": [num(x) for x in v.get("measured_s", [])],
              "predicted_over_measured": num(v.get("predicted_over_measured")),
              "model_off_by": num(v.get("model_off_by")), "model_off": bool(v.get("model_off")),
-             "measured_picks": int(v.get("measured_picks") or 0), "cost_model": v.get("cost_model")}
+             "measured_picks": int(v.get("measured_picks") or 0), "cost_model": v.get("cost_model"),
+             "search_off_by": num(v.get("search_off_by")), "reweighted": num(v.get("reweighted")),
+             "measured_trials": int(v.get("measured_trials") or 0)}
             for k, v in ver.items()]

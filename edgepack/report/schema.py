@@ -11,7 +11,9 @@ Version 1 (the JSON Schema below is the reference; `validate` checks a document 
                           (per sample: the cost model's latency for the chosen kernel, and the one verification
                           measured), predicted_over_measured (geomean), model_off_by (typical factor over the
                           verified shortlist, either way), model_off (> 2x: the measurements chose kernels too),
-                          measured_picks, cost_model ("reg" | "rank")}]
+                          measured_picks, cost_model ("reg" | "rank"), search_off_by (the worst batch of trials),
+                          reweighted (weight of the kernel's samples in its cost model), measured_trials (trials
+                          chosen from measurements because a batch was > 2x off)}]
   machine                 where it ran: board, transport, cpu, cores, clock_mhz (null if unknown), os, arch, hostname;
                           optional timer: what "ticks" count, present when a size's unit is "ticks" (e.g. "SysTick
                           ticks of the 25 MHz core clock under QEMU -icount shift=4: an instruction count ...")
@@ -72,7 +74,8 @@ _TUNING = {"type": ["array", "null"], "items": {
     "properties": {"kernel": _STR, "samples": {"type": "array", "items": _INT},
                    "predicted_s": {"type": "array", "items": _OPT_NUM}, "measured_s": {"type": "array", "items": _OPT_NUM},
                    "predicted_over_measured": _OPT_NUM, "model_off_by": _OPT_NUM, "model_off": _BOOL,
-                   "measured_picks": _INT, "cost_model": _OPT_STR}}}
+                   "measured_picks": _INT, "cost_model": _OPT_STR, "search_off_by": _OPT_NUM, "reweighted": _OPT_NUM,
+                   "measured_trials": _INT}}}
 _SIZE = {
     "type": "object", "required": ["dims", "unit", "threads", "stats", "samples", "calls", "operators", "baselines"],
     "properties": {

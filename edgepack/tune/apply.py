@@ -40,7 +40,9 @@ def verification_json(sel: dict) -> dict:
     return {"samples": list(sel.get("samples", {}).get("values", [])), "predicted_s": pred, "measured_s": meas,
             "predicted_over_measured": geo, "model_off_by": off_by,
             "model_off": bool(off_by is not None and off_by > OFF_BY), "off_threshold": OFF_BY,
-            "measured_picks": sel.get("measured_picks", 0), "cost_model": sel.get("cost_model")}
+            "measured_picks": sel.get("measured_picks", 0), "cost_model": sel.get("cost_model"),
+            "search_off_by": sel.get("search_off_by"), "reweighted": sel.get("reweighted", 1.0),
+            "measured_trials": sel.get("measured_trials", 0)}
 
 
 def tuned_schedules(db_path: str | Path, lowered, dims: list[DimRange], board: Board, base: Schedules) -> Applied:

@@ -45,6 +45,7 @@ class CostModel:
     min_observations: int = 8  # below this, rank by the analytic prior only
     seed: int = 0
     observations: list[Observation] = field(default_factory=list)
+    weights: dict = field(default_factory=dict)  # task -> weight of its samples in the fit (default 1)
     _booster: object = None
     _calibration: tuple[float, float] = (1.0, 0.0)  # log f = alpha * score + beta (rank only)
 
@@ -73,10 +74,24 @@ class CostModel:
             params.update(lambdarank_pair_method="mean", lambdarank_num_pair_per_sample=8)
             groups = {}
             qid = [groups.setdefault(o.task, len(groups)) for o in obs]
-            self._booster = xgb.train(params, xgb.DMatrix(x, label=y, qid=qid), num_boost_round=120)
-            self._calibration = _line(self._booster.predict(xgb.DMatrix(x)), y)
+            dm = xgb.DMatrix(x, label=y, qid=qid)
+            if self.weights:  # a ranking weighs whole query groups: one weight per task
+                dm.set_weight(np.array([self.weights.get(t, 1.0) for t in groups], dtype=np.float32))
+            self._booster = xgb.train(params, dm, num_boost_round=120)
+            self._calibration = _line(self._booster.predict(xgb.DMatrix(x)), y,
+                                      np.array([self.weights.get(o.task, 1.0) for o in obs]))
         else:
-            self._booster = xgb.train(params, xgb.DMatrix(x, label=y), num_boost_round=120)
+            w = np.array([self.weights.get(o.task, 1.0) for o in obs], dtype=np.float32)
+            self._booster = xgb.train(params, xgb.DMatrix(x, label=y, weight=w), num_boost_round=120)
+
+    @property
+    def fitted(self) -> bool:
+        """Predictions come from XGBoost (not the analytic prior)."""
+        return self._booster is not None
+
+    def reweight(self, task, weight: float) -> None:
+        """Weigh `task`'s samples `weight` times (never less than before) from the next fit on."""
+        self.weights[task] = max(self.weights.get(task, 1.0), float(weight))
 
     def _grouped(self) -> list[Observation]:
         """The observations, those of one task together (XGBoost wants a query group's rows contiguous)."""
@@ -115,11 +130,12 @@ def holdout_error(model: CostModel, held: list[Observation]) -> float:
     return float(np.median(errs)) if errs else float("nan")
 
 
-def _line(score: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """Least-squares alpha, beta in y = alpha * score + beta (beta alone when the scores are all equal)."""
+def _line(score: np.ndarray, y: np.ndarray, w: np.ndarray | None = None) -> tuple[float, float]:
+    """Weighted least-squares alpha, beta in y = alpha * score + beta (beta alone when the scores are all
+    equal); `w`: each sample's weight (default 1)."""
     if np.ptp(score) == 0:
-        return 0.0, float(y.mean())
-    alpha, beta = np.polyfit(score, y, 1)
+        return 0.0, float(np.average(y, weights=w))
+    alpha, beta = np.polyfit(score, y, 1, w=None if w is None else np.sqrt(w))
     return float(alpha), float(beta)
 
 

@@ -64,8 +64,9 @@ class TuneReport:
 
     @property
     def model_off(self) -> list[TaskResult]:
-        """Tasks whose verified predictions were more than 2x off (the measurements chose kernels too)."""
-        return [t for t in self.tasks if t.model_off]
+        """Tasks whose model was more than 2x off, at verification (the measurements chose kernels too) or on a
+        batch of trials (samples re-weighted, trials chosen from the measurements)."""
+        return [t for t in self.tasks if t.model_off or t.off_in_search]
 
 
 def hardware_of(board: Board, packed: bool) -> Hardware:
@@ -151,7 +152,8 @@ class Tuner:
             self._workdir.cleanup()
         holdout = self._holdout()
         self.db.finish_run(run, summary={"cost_model": self.opts.cost_model, "holdout": holdout.to_json(),
-                                         "model_off": {t.task: t.model_off_by for t in results if t.model_off}})
+                                         "model_off": {t.task: off_json(t) for t in results
+                                                       if t.model_off or t.off_in_search}})
         return TuneReport(self.model_name, self.board.name, str(self.db.path), run, time.perf_counter() - t0,
                           self.measured, self.failed, self.reused, holdout, results, self.skipped,
                           self.opts.cost_model)
@@ -273,10 +275,16 @@ class _PerClass:
         return self._by_task[task].predict_latency(task, tiles, rows)
 
 
+def off_json(r: TaskResult) -> dict:
+    """How far off a task's model was and what the search did about it (search.py's module doc)."""
+    return {"model_off_by": r.model_off_by, "measured_picks": r.measured_picks, "search_off_by": r.search_off_by,
+            "reweighted": r.reweighted, "measured_trials": r.measured_trials}
+
+
 def selection_json(r: TaskResult) -> dict:
     return {"mains": [config(t) for t in r.mains], "edge": config(r.edge) if r.edge else None,
             "samples": r.samples.to_json(), "assign": r.assign, "measured_s": r.measured_s,
-            "predicted_s": r.predicted_s, "model_off_by": r.model_off_by, "measured_picks": r.measured_picks}
+            "predicted_s": r.predicted_s} | off_json(r)
 
 
 class _NoBar:
