@@ -10,7 +10,7 @@ side at the end, as the package runs it: the machine is shared, numbers taken mi
 and the cost model on held-back measurements (median relative error, Kendall's tau, measured top 5 among
 predicted top 20). Writes benchmarks/results/cost_model_objectives.json.
 
-    nice python benchmarks/cost_model_objectives.py [--trials 24] [--seeds 0 1] [--out NAME.json]
+    nice python benchmarks/cost_model_objectives.py [--trials 8 16] [--seeds 0 1] [--out NAME.json]
 """
 
 from __future__ import annotations
@@ -99,9 +99,17 @@ def final_latencies(runs: list[dict], model: Path, board, m, rounds: int) -> Non
         r["final_latency_us"] = float(np.dot(w, lat) / w.sum() * 1e6)
 
 
+def _commit() -> str:
+    import subprocess
+
+    r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                       cwd=Path(__file__).resolve().parent)
+    return r.stdout.strip() or "unknown"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trials", type=int, default=24)
+    ap.add_argument("--trials", type=int, nargs="+", default=[8, 16], help="budgets (one run per budget, seed, objective)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--samples", default="8")
     ap.add_argument("--rounds", type=int, default=3, help="re-measurements of every final kernel set, interleaved")
@@ -114,15 +122,15 @@ def main() -> None:
         tmp = Path(tmp)
         cached = CachedMeasurer(m)
         model = dense_model(tmp / "dense.onnx")
-        for seed in a.seeds:
+        for trials, seed in ((tr, sd) for tr in a.trials for sd in a.seeds):
             for objective in ("reg", "rank"):
                 t0 = time.perf_counter()
-                rep = tune_model(model, board, {"seq": (1, 256)}, tmp / f"{objective}_{seed}.db", cached,
-                                 TuneOptions(trials=a.trials, samples=a.samples, seed=seed, progress=False,
+                rep = tune_model(model, board, {"seq": (1, 256)}, tmp / f"{objective}_{trials}_{seed}.db", cached,
+                                 TuneOptions(trials=trials, samples=a.samples, seed=seed, progress=False,
                                              cost_model=objective))
                 (t,) = rep.tasks
                 w = np.array(t.samples.weights)
-                row = {"objective": objective, "seed": seed, "seconds": time.perf_counter() - t0,
+                row = {"objective": objective, "budget": trials, "seed": seed, "seconds": time.perf_counter() - t0,
                        "weighted_latency_us": float(np.dot(w, t.measured_s) / w.sum() * 1e6),
                        "kernels": [kernel_name(k) for k in t.mains], "edge": kernel_name(t.edge) if t.edge else None,
                        "holdout": rep.holdout.to_json(), "model_off_by": t.model_off_by,
@@ -131,17 +139,23 @@ def main() -> None:
                 print(json.dumps(row), flush=True)
         real = cached.real
         final_latencies(runs, model, board, m, a.rounds)
-    by = {o: [r for r in runs if r["objective"] == o] for o in ("reg", "rank")}
-    mean = lambda rs, f: float(np.mean([f(r) for r in rs if f(r) is not None]))  # noqa: E731
-    summary = {o: {"final_latency_us_mean": mean(rs, lambda r: r["final_latency_us"]),
-                   "weighted_latency_us_mean": mean(rs, lambda r: r["weighted_latency_us"]),
-                   "tau_mean": mean(rs, lambda r: r["holdout"]["tau"]),
-                   "recall_mean": mean(rs, lambda r: r["holdout"]["recall"]),
-                   "median_error_mean": mean(rs, lambda r: r["holdout"]["error"])} for o, rs in by.items()}
-    summary["rank_vs_reg_latency"] = (summary["reg"]["final_latency_us_mean"]
-                                      / summary["rank"]["final_latency_us_mean"])  # > 1: rank's kernels faster
+    def mean(rs, f):
+        v = [f(r) for r in rs if f(r) is not None]
+        return float(np.mean(v)) if v else None
+
+    summary = {}
+    for trials in a.trials:
+        by = {o: [r for r in runs if r["objective"] == o and r["budget"] == trials] for o in ("reg", "rank")}
+        sm = {o: {"final_latency_us_mean": mean(rs, lambda r: r["final_latency_us"]),
+                  "weighted_latency_us_mean": mean(rs, lambda r: r["weighted_latency_us"]),
+                  "tau_mean": mean(rs, lambda r: r["holdout"]["tau"]),
+                  "recall_mean": mean(rs, lambda r: r["holdout"]["recall"]),
+                  "median_error_mean": mean(rs, lambda r: r["holdout"]["error"])} for o, rs in by.items()}
+        sm["rank_vs_reg_latency"] = (sm["reg"]["final_latency_us_mean"]
+                                     / sm["rank"]["final_latency_us_mean"])  # > 1: rank's kernels faster
+        summary[f"trials_{trials}"] = sm
     out = {"benchmark": "cost_model_objectives", "machine": platform.processor() or platform.machine(),
-           "cores": board.target.cores, "layer": f"dense {D}x{D}, M = seq in 1..256", "trials": a.trials,
+           "cores": board.target.cores, "layer": f"dense {D}x{D}, M = seq in 1..256", "budgets": a.trials, "commit": _commit(),
            "samples": a.samples, "seeds": a.seeds, "real_measurements": real, "summary": summary, "runs": runs,
            "note": "one layer, few seeds: too small to choose the default. weighted_latency_us: the run's own "
                    "verification numbers (taken at different times on a shared machine); final_latency_us: every "
