@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 from edgepack.board import load_board
+from edgepack.commands.tune import summary_lines
 from edgepack.examples import EXAMPLES
 from edgepack.pipeline import lower_model, prepare
 from edgepack.report.html import render
@@ -58,6 +59,8 @@ def test_predicted_against_measured_from_tune_to_the_bench_report(tmp_path):
         (run,) = d.runs()
     assert run["summary"]["cost_model"] == "rank" and set(run["summary"]["holdout"]) == {"error", "tau", "recall", "n"}
     assert set(run["summary"]["model_off"]) == {t.task for t in rep.model_off}
+    lines = summary_lines(rep)
+    assert lines[0].startswith("  cost model (rank): ") and len(lines) >= 1 + len(rep.tasks)
 
     model, dims = prepare(MLP.path, dict(MLP.dims))
     applied = tuned_schedules(db, lower_model("mlp", model, dims), dims, board, schedules_for(board))
@@ -80,6 +83,28 @@ def test_predicted_against_measured_from_tune_to_the_bench_report(tmp_path):
     assert "predicted/measured" in md and "predicted/measured" in page and "rank" in md
     validate(_bench_doc(package | {"tuning": None}))  # untuned or older packages: no table, still valid
     assert "Tuning:" not in markdown([Run.from_dict(_bench_doc(package | {"tuning": None}))])
+
+
+def test_the_summary_says_which_tasks_are_off_and_what_was_done():
+    import dataclasses
+
+    from edgepack.tune.cost_model import Holdout
+    from edgepack.tune.samples import Samples
+    from edgepack.tune.search import TaskResult
+    from edgepack.schedule.dense import DenseTiles
+    from edgepack.tune.tuner import TuneReport
+
+    t = DenseTiles(rows=4, cols=16, unroll_k=1, par_cols=False)
+    ok = TaskResult("dense_0", [t], t.with_rows(1), Samples((1, 8), (0.5, 0.5)), [0, 0], [1e-6, 2e-6], [1e-6, 2e-6],
+                    [1e-6, 2e-6], trials=10, verified=4)
+    off = dataclasses.replace(ok, task="dense_1", predicted_s=[54e-6, 108e-6], model_off_by=54.0, measured_picks=2,
+                              search_off_by=7.0, reweighted=7.0, measured_trials=4)
+    rep = TuneReport("m", "host", "t.db", 1, 1.0, 20, 0, 0, Holdout(0.25, 0.81, float("nan"), 12), [ok, off])
+    text = "\n".join(summary_lines(rep))
+    assert "median error 25%, Kendall's tau 0.81, measured top 5 in predicted top 20 n/a" in text, text
+    assert "off by more than 2x for 1 task(s)" in text and "dense_0: x" not in text
+    assert ("dense_1: x7.0 on a batch of trials: its samples re-weighted x7 in the shared model, 4 trial(s) chosen "
+            "from the measurements; x54.0 at verification: 2 kernel(s)") in text, text
 
 
 def test_an_off_model_is_said_in_the_report():

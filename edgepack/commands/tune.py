@@ -83,7 +83,6 @@ def _cmd(a: argparse.Namespace) -> int:
     from ..errors import EdgepackError
     from ..model.onnx_load import parse_dim_args
     from ..model.frontend import prepare
-    from ..tune.trial import kernel_name
     from ..tune.tuner import TuneOptions, tune_model
 
     if a.trials < 1:
@@ -100,14 +99,27 @@ def _cmd(a: argparse.Namespace) -> int:
           f"({rep.failed} failed), {rep.reused} reused from {rep.db}")
     if hasattr(measurer, "images_flashed"):
         print(f"  {measurer.images_flashed} firmware image(s) flashed; times are device ticks / clock")
-    print(f"  cost model ({rep.cost_model}): {_holdout_line(rep.holdout)}")
+    for line in summary_lines(rep):
+        print(line)
+    if rep.skipped:
+        print(f"  not tunable on this board (row tiles would break alignment or registers): {', '.join(rep.skipped)}")
+    print(f"build with it: edgepack build {a.model} --board {board.name} "
+          + " ".join(f"--dim {d}" for d in (a.dim or [])) + f" --db {a.db}")
+    return 0
+
+
+def summary_lines(rep) -> list[str]:
+    """The tuning summary's lines on the cost model and the tasks (a TuneReport)."""
+    from ..tune.trial import kernel_name
+
+    out = [f"  cost model ({rep.cost_model}): {_holdout_line(rep.holdout)}"]
     for t in rep.tasks:
         tiles = ", ".join(kernel_name(m) for m in t.mains) + (f"; edge {kernel_name(t.edge)}" if t.edge else "")
         geo = math.exp(sum(math.log(p / m) for p, m in zip(t.predicted_s, t.measured_s)) / len(t.measured_s))
-        print(f"  {t.task}: {len(t.mains)} micro-kernel(s) [{tiles}], {t.trials} trials, "
-              f"predicted/measured {geo:.2f} (geomean over {len(t.samples.values)} samples)")
+        out.append(f"  {t.task}: {len(t.mains)} micro-kernel(s) [{tiles}], {t.trials} trials, "
+                   f"predicted/measured {geo:.2f} (geomean over {len(t.samples.values)} samples)")
     if rep.model_off:
-        print(f"  cost model off by more than 2x for {len(rep.model_off)} task(s), and what the search did:")
+        out.append(f"  cost model off by more than 2x for {len(rep.model_off)} task(s), and what the search did:")
     for t in rep.model_off:
         said = []
         if t.off_in_search:
@@ -118,12 +130,8 @@ def _cmd(a: argparse.Namespace) -> int:
                         "measurements alone verified too")
         else:
             said.append(f"x{t.model_off_by:.2f} at verification")
-        print(f"    {t.task}: " + "; ".join(said))
-    if rep.skipped:
-        print(f"  not tunable on this board (row tiles would break alignment or registers): {', '.join(rep.skipped)}")
-    print(f"build with it: edgepack build {a.model} --board {board.name} "
-          + " ".join(f"--dim {d}" for d in (a.dim or [])) + f" --db {a.db}")
-    return 0
+        out.append(f"    {t.task}: " + "; ".join(said))
+    return out
 
 
 def _holdout_line(h) -> str:
