@@ -63,7 +63,7 @@ def build_package(model_path: str | Path, board: Board | str = "host", dim_range
         applied = tuned_schedules(db, lowered, dims, board, schedules)
         schedules = applied.schedules
         tuning = {"db": str(Path(db).resolve()), "db_sha256": sha256(Path(db)), "kernels": applied.tuned,
-                  "untuned": applied.untuned}
+                  "untuned": applied.untuned, "verification": applied.verification}
     if not mcu:  # a microcontroller's memory is checked against its board's by the firmware build
         _check_static_memory(plan, dims)
     impls = {k: make_variants(k, f, schedules) for k, f in lowered.kernels.items()}

@@ -117,10 +117,11 @@ def test_runs_and_reopen(tmp_path):
         run = d.start_run("encoder", "rpi4", trials=200)
         w = d.workload(**DENSE)
         d.add_batch(w, [row(8, 4)], run=run)
-        d.finish_run(run)
+        d.finish_run(run, summary={"cost_model": "rank", "holdout": {"tau": 0.9}})
     with TuningDB(path) as d:
         (r,) = d.runs()
         assert r["model"] == "encoder" and r["trials"] == 200 and r["finished"] >= r["started"]
+        assert r["summary"] == {"cost_model": "rank", "holdout": {"tau": 0.9}}
         assert d.measured(d.workload(**DENSE))[0].run_id == run
 
 
@@ -344,7 +345,7 @@ def test_version_2_database_upgraded_and_its_records_kept(tmp_path):
         assert db.find_workload(**DENSE, variant=NOW) is None
         assert "made before edgepack recorded the kernel settings" in db.stale_note([tuple(DENSE.values())], NOW)
         assert db.integrity_check() == []
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
 
 
 def test_build_with_a_stale_database_says_so_and_builds_untuned(tmp_path):

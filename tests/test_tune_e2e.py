@@ -73,6 +73,9 @@ def test_tuned_package_matches_onnxruntime(tmp_path, host, farm):
     r = build_package(MLP.path, host, dict(MLP.dims), tmp_path / "pkg", name="mlp", db=db)
     man = r.bundle.manifest
     assert man["tuned"] and set(man["tuning"]["kernels"]) == {t.task for t in rep.tasks}
+    for t in rep.tasks:  # predicted against measured, for bench to show
+        v = man["tuning"]["verification"][t.task]
+        assert v["measured_s"] == t.measured_s and v["predicted_s"] == t.predicted_s and v["cost_model"] == "reg"
     dispatch_c = (r.bundle.path / "src" / "mlp_dispatch.c").read_text()
     assert "Tuned dispatcher" in dispatch_c and "keys[" in dispatch_c
     lo, hi = MLP.dims["batch"]

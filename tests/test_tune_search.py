@@ -4,6 +4,7 @@ database's selections and its upgrade from schema version 1."""
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 
 import numpy as np
@@ -16,7 +17,8 @@ from edgepack.tune.cost_model import CostModel
 from edgepack.tune.db import SCHEMA_VERSION, TuningDB
 from edgepack.tune.samples import make_samples
 from edgepack.tune.search import TaskSearch
-from edgepack.tune.space import DenseTask, Hardware
+from edgepack.tune import search
+from edgepack.tune.space import DenseTask, Hardware, adaptation, candidates
 from edgepack.tune.tasks import TuneTask
 from edgepack.tune.tuner import split_budget
 
@@ -95,14 +97,108 @@ def test_run_latency_adds_main_and_edge():
     assert s.run_latency(main, edge, 40) == np.inf  # never measured
 
 
+def _board_latency(op, t, rows) -> float:
+    """A fake of the board's measurement (no board can be made to mispredict on purpose): a synthetic
+    machine whose throughput rises with the accumulators up to the register budget, through the adaptation."""
+    acc = t.rows * t.cols // HW.lanes
+    f = 5e9 * min(acc, 12) / 12 * (1.1 if t.unroll_k == 2 else 1.0) * (1.2 if t.par_cols else 1.0)
+    return op.flop(rows) / (f * adaptation(op, t, rows, HW.cores))
+
+
+class _WrongLabels(CostModel):
+    """Fed wrong labels on purpose: each log throughput mirrored around 5 GFLOP/s, so the order is reversed."""
+
+    def _label(self, o):
+        return 2 * math.log(5e9) - super()._label(o)
+
+
+def _tuned(model, trials=32, k_max=2, tried=None):
+    """The real search and verification on the synthetic board; `tried`: a list to receive the trial kernels."""
+    s = _search()
+    s.model = model
+
+    def measure(pairs):  # as Tuner._measure: record, then refit
+        s.record(pairs, [_board_latency(s.task.op, t, rows) for t, rows in pairs])
+        s.model.fit()
+
+    while s.trials_done() < trials:
+        measure([(t, s.trial_rows(t)) for t in s.propose(8)])
+    if tried is not None:
+        tried += s.good_trials()
+    return s.verify(k_max, measure)
+
+
+def _weighted(r) -> float:
+    return float(np.dot(r.samples.weights, r.measured_s))
+
+
+def test_a_model_off_by_more_than_2x_is_caught_and_changes_the_chosen_set(monkeypatch):
+    right = _tuned(CostModel(HW))
+    assert not right.model_off and right.measured_picks == 0, right.model_off_by
+    wrong = _tuned(_WrongLabels(HW))
+    assert wrong.model_off and wrong.measured_picks > 0, wrong.model_off_by
+    monkeypatch.setattr(search, "OFF_BY", math.inf)  # the same run, with no reaction to the misprediction
+    unheeded = _tuned(_WrongLabels(HW))
+    assert set(wrong.mains) != set(unheeded.mains)
+    assert _weighted(wrong) < _weighted(unheeded)
+    print(f"model off x{wrong.model_off_by:.1f}: weighted latency {_weighted(unheeded) * 1e6:.2f} us -> "
+          f"{_weighted(wrong) * 1e6:.2f} us (a right model: {_weighted(right) * 1e6:.2f} us, "
+          f"off x{right.model_off_by:.2f})")
+
+
+@pytest.mark.parametrize("objective", ["reg", "rank"])
+def test_a_batch_of_trials_off_by_more_than_2x_reweights_and_leads_the_search_by_measurements(monkeypatch, objective):
+    """Before verification: a batch predicted more than 2x off re-weights the task's samples and hands half of
+    the next batches to neighbours of the kernels measured best. Another set of trials is measured, and the
+    final set is faster than with no reaction at all."""
+    right = _tuned(CostModel(HW, objective), trials=48)
+    assert not right.off_in_search and right.measured_trials == 0 and right.reweighted == 1.0, right.search_off_by
+    tried: list = []
+    wrong = _tuned(_WrongLabels(HW, objective), trials=48, tried=tried)
+    assert wrong.off_in_search and wrong.measured_trials > 0 and wrong.reweighted > 1.0, wrong
+    monkeypatch.setattr(search, "OFF_BY", math.inf)
+    untouched: list = []
+    unheeded = _tuned(_WrongLabels(HW, objective), trials=48, tried=untouched)
+    assert unheeded.measured_trials == 0 and set(tried) != set(untouched)
+    assert _weighted(wrong) < _weighted(unheeded)
+    print(f"{objective}: a batch off x{wrong.search_off_by:.1f}, {wrong.measured_trials} trials from measurements, "
+          f"weight x{wrong.reweighted:.0f}: weighted latency {_weighted(unheeded) * 1e6:.2f} us -> "
+          f"{_weighted(wrong) * 1e6:.2f} us (a right model: {_weighted(right) * 1e6:.2f} us)")
+
+
+def test_reweighting_a_task_fits_it_closer():
+    """A shared model, two tasks; one task's samples weighted 8x: the fit on that task's own measurements is
+    at least as close as unweighted (the rank model weighs the task's query group)."""
+    from edgepack.tune.cost_model import Observation, relative_errors
+
+    a, b = DenseTask("a", 64, 64, 1, 256), DenseTask("b", 256, 1024, 1, 256)
+    rng = np.random.default_rng(0)
+    obs = []
+    for task, scale in ((a, 1.0), (b, 0.2)):  # task b: a much slower machine for it (what the model misses)
+        for t in candidates(task, HW)[:24]:
+            rows = int(rng.integers(1, 257))
+            obs.append(Observation(task, t, rows, _board_latency(task, t, rows) / scale))
+    for objective in ("reg", "rank"):
+        plain, heavy = CostModel(HW, objective), CostModel(HW, objective)
+        heavy.reweight(b, 8.0)
+        heavy.reweight(b, 2.0)  # never lowered
+        assert heavy.weights[b] == 8.0
+        for m in (plain, heavy):
+            m.observe(obs)
+            m.fit()
+        mine = [o for o in obs if o.task == b]
+        assert np.median(relative_errors(heavy, mine)) <= np.median(relative_errors(plain, mine)) + 1e-9, objective
+
+
 def test_selections_and_upgrade_from_version_1(tmp_path):
     p = tmp_path / "v1.db"
     with TuningDB(p) as db:
         wl = db.workload("dense", {"n": 64}, "float32", "host", {"m": [1, 256]})
         db.add_batch(wl, [({"rows": 8}, {"m": 8}, 1e-6, [1e-6], None)])
-    with sqlite3.connect(p) as c:  # make it a version-1 file: no selections table, no workload variant
+    with sqlite3.connect(p) as c:  # make it a version-1 file: no selections table, workload variant, runs.summary
         c.execute("DROP TABLE selections")
         c.execute("ALTER TABLE workloads DROP COLUMN variant")
+        c.execute("ALTER TABLE runs DROP COLUMN summary")
         c.execute("PRAGMA user_version = 1")
     with TuningDB(p) as db:
         wl = db.find_workload("dense", {"n": 64}, "float32", "host")
@@ -114,5 +210,7 @@ def test_selections_and_upgrade_from_version_1(tmp_path):
         assert db.selection(wl, {"m": [1, 200]}) == {"mains": [1]}
         assert db.selection(wl, {"m": [1, 512]}) is None
         assert db.find_workload("dense", {"n": 65}, "float32", "host") is None
+        db.finish_run(db.start_run("m", "host"), summary={"cost_model": "reg"})  # the column version 4 adds
+        assert db.runs()[0]["summary"] == {"cost_model": "reg"}
     with sqlite3.connect(p) as c:
-        assert c.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert c.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4

@@ -88,7 +88,6 @@ def _cmd(a: argparse.Namespace) -> int:
     from ..errors import EdgepackError
     from ..model.onnx_load import parse_dim_args
     from ..model.frontend import prepare
-    from ..tune.trial import kernel_name
     from ..tune.tuner import TuneOptions, tune_model
 
     if a.trials < 1:
@@ -97,7 +96,7 @@ def _cmd(a: argparse.Namespace) -> int:
     ranges = parse_dim_args(a.dim)
     prepare(Path(a.model), ranges)  # bad input is reported before RPC servers start
     opts = TuneOptions(trials=a.trials, samples=a.samples, max_kernels=a.max_kernels, batch=a.batch,
-                       progress=not a.no_progress)
+                       progress=not a.no_progress, cost_model=a.cost_model)
     with ExitStack() as stack:
         measurer = _measurer(a, board, stack)
         rep = tune_model(a.model, board, ranges, a.db, measurer, opts)
@@ -105,18 +104,48 @@ def _cmd(a: argparse.Namespace) -> int:
           f"({rep.failed} failed), {rep.reused} reused from {rep.db}")
     if hasattr(measurer, "images_flashed"):
         print(f"  {measurer.images_flashed} firmware image(s) flashed; times are device ticks / clock")
-    err = "n/a (too few measurements)" if math.isnan(rep.cost_model_error) else f"{100 * rep.cost_model_error:.0f}%"
-    print(f"  cost model: median error {err} on held-back measurements")
-    for t in rep.tasks:
-        tiles = ", ".join(kernel_name(m) for m in t.mains) + (f"; edge {kernel_name(t.edge)}" if t.edge else "")
-        geo = math.exp(sum(math.log(p / m) for p, m in zip(t.predicted_s, t.measured_s)) / len(t.measured_s))
-        print(f"  {t.task}: {len(t.mains)} micro-kernel(s) [{tiles}], {t.trials} trials, "
-              f"predicted/measured {geo:.2f} (geomean over {len(t.samples.values)} samples)")
+    for line in summary_lines(rep):
+        print(line)
     if rep.skipped:
         print(f"  not tunable on this board (row tiles would break alignment or registers): {', '.join(rep.skipped)}")
     print(f"build with it: edgepack build {a.model} --board {board.name} "
           + " ".join(f"--dim {d}" for d in (a.dim or [])) + f" --db {a.db}")
     return 0
+
+
+def summary_lines(rep) -> list[str]:
+    """The tuning summary's lines on the cost model and the tasks (a TuneReport)."""
+    from ..tune.trial import kernel_name
+
+    out = [f"  cost model ({rep.cost_model}): {_holdout_line(rep.holdout)}"]
+    for t in rep.tasks:
+        tiles = ", ".join(kernel_name(m) for m in t.mains) + (f"; edge {kernel_name(t.edge)}" if t.edge else "")
+        geo = math.exp(sum(math.log(p / m) for p, m in zip(t.predicted_s, t.measured_s)) / len(t.measured_s))
+        out.append(f"  {t.task}: {len(t.mains)} micro-kernel(s) [{tiles}], {t.trials} trials, "
+                   f"predicted/measured {geo:.2f} (geomean over {len(t.samples.values)} samples)")
+    if rep.model_off:
+        out.append(f"  cost model off by more than 2x for {len(rep.model_off)} task(s), and what the search did:")
+    for t in rep.model_off:
+        said = []
+        if t.off_in_search:
+            said.append(f"x{t.search_off_by:.1f} on a batch of trials: its samples re-weighted x{t.reweighted:.0f} "
+                        f"in the shared model, {t.measured_trials} trial(s) chosen from the measurements")
+        if t.model_off:
+            said.append(f"x{t.model_off_by:.1f} at verification: {t.measured_picks} kernel(s) chosen from the "
+                        "measurements alone verified too")
+        else:
+            said.append(f"x{t.model_off_by:.2f} at verification")
+        out.append(f"    {t.task}: " + "; ".join(said))
+    return out
+
+
+def _holdout_line(h) -> str:
+    if h.n == 0 or math.isnan(h.error):
+        return "n/a on held-back measurements (too few measurements)"
+    rank = "n/a" if math.isnan(h.tau) else f"{h.tau:.2f}"
+    recall = "n/a (no task has 20 held back)" if math.isnan(h.recall) else f"{100 * h.recall:.0f}%"
+    return (f"median error {100 * h.error:.0f}%, Kendall's tau {rank}, measured top 5 in predicted top 20 "
+            f"{recall}, on {h.n} held-back measurements")
 
 
 def register(sub) -> None:
@@ -132,6 +161,9 @@ def register(sub) -> None:
                    help="micro-kernels per layer (default: the board's tune.max_kernels)")
     p.add_argument("--batch", type=argtypes.count,
                    help="candidates measured per round (default: the board's tune.batch)")
+    p.add_argument("--cost-model", choices=["reg", "rank"], default="reg",
+                   help="cost model objective: regression on throughput, or pairwise rank calibrated to it "
+                   "(default: reg, until rank is measured faster on the model zoo)")
     p.add_argument("--tracker", metavar="HOST:PORT", help="RPC tracker the board's servers register with")
     p.add_argument("--server", metavar="HOST:PORT", help="a single RPC server (no tracker)")
     p.add_argument("--key", help="RPC key (default: the board's rpc key)")

@@ -8,7 +8,7 @@ import time
 
 from . import plots
 from .compare import fmt_time, run_labels
-from .markdown import comparison_rows, describe, memory_line, size_rows
+from .markdown import comparison_rows, describe, memory_line, size_rows, tuning_rows
 from .schema import SCHEMA_VERSION, Run, SizeResult
 
 _CSS = """
@@ -75,7 +75,16 @@ def _run_section(run: Run, label: str) -> str:
                 "<code>call_cost_ns</code>).</p>")
     return (f"<h2>{html.escape(label)}: figures</h2><p>{html.escape(describe(run))}<br>"
             f"Memory: {html.escape(memory_line(run))}<br><span class='note'>{html.escape(run.source)}: "
-            f"{html.escape(' '.join(run.command))}</span></p>{base}" + _table(*size_rows(run)))
+            f"{html.escape(' '.join(run.command))}</span></p>{base}" + _table(*size_rows(run)) + _tuning(run))
+
+
+def _tuning(run: Run) -> str:
+    rows = tuning_rows(run)
+    if rows is None:
+        return ""
+    return ("<p>Tuning: the cost model's predictions against the latencies measured at verification (summed "
+            "over the samples, each on its chosen kernel; a model more than 2x off lets the measurements choose "
+            "kernels too).</p>" + _table(*rows))
 
 
 def render(runs: list[Run], at: dict[str, int] | None = None) -> str:

@@ -36,6 +36,31 @@ def size_rows(run: Run) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+def tuning_rows(run: Run) -> tuple[list[str], list[list[str]]] | None:
+    """The cost model against the board per tuned kernel (shared with the HTML report); None when the package
+    carries no tuning verification."""
+    tuning = run.package.get("tuning")
+    if not tuning:
+        return None
+    head = ["kernel", "cost model", "samples", "predicted (weighted)", "measured (weighted)", "predicted/measured",
+            "model off by", "verdict"]
+    rows = []
+    for t in tuning:
+        pm = [(p, m) for p, m in zip(t["predicted_s"], t["measured_s"]) if p and m]
+        geo, off = t.get("predicted_over_measured"), t.get("model_off_by")
+        said = []
+        if (t.get("search_off_by") or 0) > 2:
+            said.append(f"off in search (x{t['search_off_by']:.1f}): samples re-weighted x{t.get('reweighted') or 1:.0f}, "
+                        f"{t.get('measured_trials', 0)} trial(s) from measurements")
+        if t["model_off"]:
+            said.append(f"off (> 2x): {t.get('measured_picks', 0)} kernel(s) chosen from measurements")
+        verdict = "; ".join(said) or "ok"
+        rows.append([t["kernel"], t.get("cost_model") or "", str(len(t["samples"])),
+                     fmt_time(sum(p for p, _ in pm) * 1e9) if pm else "", fmt_time(sum(m for _, m in pm) * 1e9) if pm else "",
+                     f"{geo:.2f}" if geo else "", f"x{off:.2f}" if off else "", verdict])
+    return head, rows
+
+
 def comparison_rows(new: Run, old: Run, new_label: str, old_label: str) -> tuple[list[str], list[list[str]]]:
     head = ["size", new_label, old_label, f"{new_label} vs {old_label}"]
     rows = [[p.new.label(), fmt_time(p.new.stats.median, p.new.unit), fmt_time(p.old.stats.median, p.old.unit),
@@ -64,6 +89,9 @@ def markdown(runs: list[Run]) -> str:
                     f"{', '.join(map(str, b['threads']))}), interleaved with edgepack in the same run; "
                     "\"vs\" = onnxruntime median / edgepack median.", ""]
         out += _table(*size_rows(run)) + [""]
+        if (tr := tuning_rows(run)) is not None:
+            out += ["Tuning: the cost model's predictions against the latencies measured at verification "
+                    "(summed over the samples, each on its chosen kernel).", ""] + _table(*tr) + [""]
     for other, label in zip(runs[1:], labels[1:]):
         out += [f"### {labels[0]} vs {label}", ""] + _table(*comparison_rows(runs[0], other, labels[0], label)) + [""]
     return "\n".join(out)

@@ -87,4 +87,22 @@ def package_facts(bundle: Bundle) -> dict:
             "board": m["board"], "edgepack_version": m.get("edgepack_version", "unknown"),
             "tvm_version": m.get("tvm_version", "unknown"), "tuned": bool(m.get("tuned", False)),
             "database_id": m.get("database_id"), "created": m.get("created"), "path": str(bundle.path),
-            "kernels": sum(len(v) for v in m.get("kernels", {}).values())}
+            "kernels": sum(len(v) for v in m.get("kernels", {}).values()), "tuning": tuning_facts(m)}
+
+
+def tuning_facts(manifest: dict) -> list[dict] | None:
+    """Per tuned kernel, the cost model's prediction against the latency measured at verification (from the
+    tuning database's selection, carried by the manifest); None for a package built without one."""
+    ver = (manifest.get("tuning") or {}).get("verification")
+    if not ver:
+        return None
+    num = lambda v: float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None  # noqa: E731
+    return [{"kernel": k, "samples": [int(x) for x in v.get("samples", [])],
+             "predicted_s": [num(x) for x in v.get("predicted_s", [])],
+             "measured_s": [num(x) for x in v.get("measured_s", [])],
+             "predicted_over_measured": num(v.get("predicted_over_measured")),
+             "model_off_by": num(v.get("model_off_by")), "model_off": bool(v.get("model_off")),
+             "measured_picks": int(v.get("measured_picks") or 0), "cost_model": v.get("cost_model"),
+             "search_off_by": num(v.get("search_off_by")), "reweighted": num(v.get("reweighted")),
+             "measured_trials": int(v.get("measured_trials") or 0)}
+            for k, v in ver.items()]

@@ -6,7 +6,14 @@ Version 1 (the JSON Schema below is the reference; `validate` checks a document 
   created, command        UTC time of the run, the command line
   package                 from the package manifest: model {name, source, sha256}, dims [{name, min, max}],
                           board {name, triple, cpu, cores}, edgepack_version, tvm_version, tuned,
-                          database_id (tuning database, null when untuned), created (build time), path
+                          database_id (tuning database, null when untuned), created (build time), path;
+                          optional tuning: null, or per tuned kernel [{kernel, samples, predicted_s, measured_s
+                          (per sample: the cost model's latency for the chosen kernel, and the one verification
+                          measured), predicted_over_measured (geomean), model_off_by (typical factor over the
+                          verified shortlist, either way), model_off (> 2x: the measurements chose kernels too),
+                          measured_picks, cost_model ("reg" | "rank"), search_off_by (the worst batch of trials),
+                          reweighted (weight of the kernel's samples in its cost model), measured_trials (trials
+                          chosen from measurements because a batch was > 2x off)}]
   machine                 where it ran: board, transport, cpu, cores, clock_mhz (null if unknown), os, arch, hostname;
                           optional timer: what "ticks" count, present when a size's unit is "ticks" (e.g. "SysTick
                           ticks of the 25 MHz core clock under QEMU -icount shift=4: an instruction count ...")
@@ -61,6 +68,14 @@ _BASELINE_FIGURES = {
     "required": ["name", "threads", "stats", "samples", "call_cost_ns", "speedup", "speedup_without_call_cost"],
     "properties": {"name": _STR, "threads": _INT, "stats": _STATS, "samples": _SAMPLES, "call_cost_ns": _NUM,
                    "speedup": _NUM, "speedup_without_call_cost": _NUM}}
+_OPT_NUM = {"type": ["number", "null"]}
+_TUNING = {"type": ["array", "null"], "items": {
+    "type": "object", "required": ["kernel", "samples", "predicted_s", "measured_s", "model_off"],
+    "properties": {"kernel": _STR, "samples": {"type": "array", "items": _INT},
+                   "predicted_s": {"type": "array", "items": _OPT_NUM}, "measured_s": {"type": "array", "items": _OPT_NUM},
+                   "predicted_over_measured": _OPT_NUM, "model_off_by": _OPT_NUM, "model_off": _BOOL,
+                   "measured_picks": _INT, "cost_model": _OPT_STR, "search_off_by": _OPT_NUM, "reweighted": _OPT_NUM,
+                   "measured_trials": _INT}}}
 _SIZE = {
     "type": "object", "required": ["dims", "unit", "threads", "stats", "samples", "calls", "operators", "baselines"],
     "properties": {
@@ -94,7 +109,8 @@ JSON_SCHEMA = {
                         "dims": {"type": "array", "items": {"type": "object", "required": ["name", "min", "max"],
                                                             "properties": {"name": _STR, "min": _INT, "max": _INT}}},
                         "board": {"type": "object", "required": ["name"], "properties": {"name": _STR}},
-                        "edgepack_version": _STR, "tvm_version": _STR, "tuned": _BOOL, "database_id": _OPT_STR}},
+                        "edgepack_version": _STR, "tvm_version": _STR, "tuned": _BOOL, "database_id": _OPT_STR,
+                        "tuning": _TUNING}},
         "machine": {"type": "object", "required": ["board", "transport", "cpu", "cores", "clock_mhz", "os", "arch"],
                     "properties": {"board": _STR, "transport": _STR, "cpu": _STR, "cores": _OPT_INT,
                                    "clock_mhz": {"type": ["number", "null"]}, "os": _STR, "arch": _STR,

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+import math
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..board import Board
@@ -23,13 +24,32 @@ class Applied:
     schedules: Schedules
     tuned: dict[str, int]  # kernel -> number of main micro-kernels
     untuned: list[str]  # tunable kernels the database has no selection for
+    verification: dict[str, dict] = field(default_factory=dict)  # kernel -> predicted against measured (below)
+
+
+def verification_json(sel: dict) -> dict:
+    """What a selection says of its cost model, for the manifest and `bench`: per sample, the latency the
+    model predicted for the chosen kernel and the latency measured at verification; `model_off_by`: how far
+    off the model was over the whole verified shortlist (> OFF_BY: off, and the measurements chose too)."""
+    from .search import OFF_BY
+
+    pred, meas = sel.get("predicted_s") or [], sel.get("measured_s") or []
+    ok = [(p, m) for p, m in zip(pred, meas) if p and m and math.isfinite(p) and math.isfinite(m)]
+    geo = math.exp(sum(math.log(p / m) for p, m in ok) / len(ok)) if ok else None
+    off_by = sel.get("model_off_by")
+    return {"samples": list(sel.get("samples", {}).get("values", [])), "predicted_s": pred, "measured_s": meas,
+            "predicted_over_measured": geo, "model_off_by": off_by,
+            "model_off": bool(off_by is not None and off_by > OFF_BY), "off_threshold": OFF_BY,
+            "measured_picks": sel.get("measured_picks", 0), "cost_model": sel.get("cost_model"),
+            "search_off_by": sel.get("search_off_by"), "reweighted": sel.get("reweighted", 1.0),
+            "measured_trials": sel.get("measured_trials", 0)}
 
 
 def tuned_schedules(db_path: str | Path, lowered, dims: list[DimRange], board: Board, base: Schedules) -> Applied:
     if not Path(db_path).exists():
         raise EdgepackError(f"tuning database {db_path} does not exist; run `edgepack tune` first or drop --db")
     dense, conv, dispatchers = dict(base.dense), dict(base.conv), dict(base.dispatchers)
-    tuned, untuned = {}, []
+    tuned, untuned, verification = {}, [], {}
     variant = kernel_variant(base)  # only what was measured on the kernels this build makes
     stale = []
     with TuningDB(db_path) as db:
@@ -42,6 +62,7 @@ def tuned_schedules(db_path: str | Path, lowered, dims: list[DimRange], board: B
                 continue
             mains = tuple(tiles_of(c) for c in sel["mains"])
             tuned[t.kernel] = len(mains)
+            verification[t.kernel] = verification_json(sel)
             if t.kind == "conv2d":  # one micro-kernel for every batch: no dispatcher
                 conv[t.kernel] = mains[0]
                 continue
@@ -57,4 +78,4 @@ def tuned_schedules(db_path: str | Path, lowered, dims: list[DimRange], board: B
         log.warning("no tuning result on board '%s' for %s (range %s): they use the default schedule; run "
                     "`edgepack tune` over this range", board.name, ", ".join(untuned),
                     ", ".join(f"{d.name}={d.lo}:{d.hi}" for d in dims))
-    return Applied(replace(base, dense=dense, conv=conv, dispatchers=dispatchers), tuned, untuned)
+    return Applied(replace(base, dense=dense, conv=conv, dispatchers=dispatchers), tuned, untuned, verification)

@@ -15,6 +15,8 @@ Tables (schema version `SCHEMA_VERSION`, kept in `PRAGMA user_version`):
   (configs), the edge config and the dispatcher (JSON). `edgepack build --db` reads the newest that covers
   the package's range. (Added in schema version 2, `workloads.variant` in 3; older files are upgraded in place,
   their workloads keep the variant {}: made before it was recorded, so never served again.)
+- `runs.summary` (schema version 4): what a finished run reports beyond its kernels, as JSON: the cost-model
+  objective, its held-back error and rank quality, the tasks whose model was off. Older files gain the column.
 
 Writes go through `add_batch`, one transaction per batch: a crash (even SIGKILL) loses at most the batch in
 flight, never part of one. WAL mode lets a report read while the tuner writes.
@@ -37,7 +39,7 @@ import numpy as np
 
 from ..errors import EdgepackError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _SCHEMA = """
 CREATE TABLE workloads (
@@ -93,7 +95,11 @@ _SCHEMA_V3 = """
 ALTER TABLE workloads ADD COLUMN variant TEXT NOT NULL DEFAULT '{}';
 """
 
-_UPGRADES = {1: _SCHEMA_V2, 2: _SCHEMA_V3}  # from version N to N + 1, in place
+_SCHEMA_V4 = """
+ALTER TABLE runs ADD COLUMN summary TEXT;
+"""
+
+_UPGRADES = {1: _SCHEMA_V2, 2: _SCHEMA_V3, 3: _SCHEMA_V4}  # from version N to N + 1, in place
 
 _TABLES = {"workloads", "candidates", "measurements", "runs", "selections"}
 
@@ -242,7 +248,7 @@ class TuningDB:
                         raise EdgepackError(
                             f"{self.path} is an SQLite file but not an edgepack tuning database (it has tables "
                             f"{', '.join(sorted(tables))} and no schema version); pass another path")
-                    _script(c, _SCHEMA + _SCHEMA_V2 + _SCHEMA_V3)
+                    _script(c, _SCHEMA + _SCHEMA_V2 + _SCHEMA_V3 + _SCHEMA_V4)
                     c.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                     version = SCHEMA_VERSION
                 c.execute("COMMIT")
@@ -442,9 +448,10 @@ class TuningDB:
                             (model, time.time(), trials, board))
             return int(cur.lastrowid)
 
-    def finish_run(self, run: int) -> None:
+    def finish_run(self, run: int, summary: Mapping[str, Any] | None = None) -> None:
         with self._lock, self._write() as c:
-            c.execute("UPDATE runs SET finished = ? WHERE id = ?", (time.time(), run))
+            c.execute("UPDATE runs SET finished = ?, summary = ? WHERE id = ?",
+                      (time.time(), None if summary is None else canonical_json(dict(summary)), run))
 
     # -- selections ------------------------------------------------------------------------------------
     def save_selection(self, workload: Workload, dims: Mapping[str, Sequence[int]], choice: Mapping[str, Any],
@@ -468,8 +475,10 @@ class TuningDB:
 
     def runs(self) -> list[dict]:
         with self._lock:
-            rows = self._conn.execute("SELECT id, model, started, finished, trials, board FROM runs ORDER BY id")
-            return [dict(zip(("id", "model", "started", "finished", "trials", "board"), r)) for r in rows]
+            rows = self._conn.execute("SELECT id, model, started, finished, trials, board, summary FROM runs "
+                                      "ORDER BY id").fetchall()
+        keys = ("id", "model", "started", "finished", "trials", "board")
+        return [dict(zip(keys, r[:-1]), summary=json.loads(r[-1]) if r[-1] else None) for r in rows]
 
     # -- checks ----------------------------------------------------------------------------------------
     def integrity_check(self) -> list[str]:

@@ -8,6 +8,22 @@ matrix plus each sample's predicted best) is verified: every (sample, kernel) pa
 will run it (main kernel on the whole tiles, edge kernel on the remainder), and the final cover of at most K
 kernels is taken from those measured numbers. The dispatcher is fitted on the result.
 
+Mispredictions change what the search does, at two points:
+- During the search: each batch of trials is predicted before it is measured. When a batch's predictions
+  are typically more than `OFF_BY` times off (exp of the median |log(predicted / measured)|, either way; judged
+  once the model has `JUDGE_AFTER` observations, before that it is the analytic prior or barely fitted), the
+  task's samples are re-weighted in the shared model (weight = that factor, capped at `MAX_WEIGHT`: the model
+  of an operator class is fitted mostly on its other tasks' measurements, and a task it mispredicts gets a
+  larger say), and the next batch spends half its trials on candidates chosen from the measurements: untried
+  neighbours (one tile factor moved) of the kernels measured best, ranked by measured throughput carried to
+  the samples by the analytic adaptation alone.
+- At verification: when the verified predictions of the shortlist are more than `OFF_BY` times off, the
+  model's shortlist is not trusted. A second shortlist is drawn from the measurements alone (the same
+  measured-throughput matrix, no XGBoost), and its kernels are verified too before the final cover: it cannot
+  be misled by the model it distrusts, and costs a bounded extra verification (at most K + samples kernels),
+  not trials.
+Both are recorded in the task's result (and so in the tuning summary, the selection and the bench report).
+
 Shapes are recorded in the database as {"m": rows} (a dense layer's rows, a convolution's batch): the
 workload's only dynamic extent, whatever the model calls its dim, so models with the same layer share
 measurements. A convolution's micro-kernel covers one image, so it has no edge kernel: its "run" on a
@@ -28,11 +44,14 @@ from ..schedule.dense import DenseTiles
 from .cost_model import CostModel, Observation
 from .cover import greedy_cover
 from .samples import Samples
-from .space import Hardware, best_fit_rows, candidates
+from .space import Hardware, adaptation, best_fit_rows, candidates
 from .tasks import TuneTask
 
 GENERATIONS = 3
 EPSILON = 0.2  # share of each batch spent on random untried kernels (keeps the model honest)
+OFF_BY = 2.0  # verified predictions typically further than this factor from the measured: the model is off
+JUDGE_AFTER = 24  # observations the shared model needs before its batch predictions are judged
+MAX_WEIGHT = 8.0  # the most a mispredicted task's samples are re-weighted in its shared cost model
 
 
 def config(t: DenseTiles) -> dict:
@@ -61,6 +80,22 @@ class TaskResult:
     best_trial_s: list[float]  # per sample: best measured single kernel among the verified shortlist
     trials: int  # trial kernels measured for this task (over all runs)
     verified: int  # (kernel, rows) pairs measured in verification
+    model_off_by: float = 1.0  # typical factor between the model's and the measured latencies of its shortlist
+    measured_picks: int = 0  # kernels verified because the measurements (not the model) chose them
+    search_off_by: float = 1.0  # the worst batch of trials: typical factor predicted (before it) vs measured
+    reweighted: float = 1.0  # weight of this task's samples in the shared model at the end (1: never off)
+    measured_trials: int = 0  # trials proposed from the measurements because the model was off
+
+    @property
+    def model_off(self) -> bool:
+        """The model was more than OFF_BY off at verification (the measurements chose kernels too)."""
+        return self.model_off_by > OFF_BY
+
+    @property
+    def off_in_search(self) -> bool:
+        """A batch of trials was predicted more than OFF_BY off (its samples re-weighted, trials led by
+        measurements). A model that is right at verification may still have been off early on."""
+        return self.search_off_by > OFF_BY
 
 
 @dataclass
@@ -72,6 +107,8 @@ class TaskSearch:
     seed: int = 0
     known: dict = field(default_factory=dict)  # (tiles, rows) -> seconds, or None when it failed
     rng: random.Random = field(init=False)
+    batch_off_by: list = field(default_factory=list)  # per recorded batch the model predicted: its factor off
+    measured_trials: int = 0  # trials proposed from the measurements (module doc)
 
     def __post_init__(self):
         self.rng = random.Random(self.seed)
@@ -99,6 +136,15 @@ class TaskSearch:
         return sum(self.tried(t) for t in self.space)
 
     def record(self, pairs: list[tuple[DenseTiles, int]], latencies: list[float | None]) -> None:
+        """Take a batch's measurements. Before the model learns them, check how far off it predicted them
+        and re-weight the task's samples when it is more than OFF_BY off (module doc)."""
+        ok = [(t, r, lat) for (t, r), lat in zip(pairs, latencies) if lat is not None and lat > 0]
+        if ok and self.model.fitted and len(self.model.observations) >= JUDGE_AFTER:
+            logs = [abs(math.log(self.model.predict_latency(self.task.op, [t], r)[0] / lat)) for t, r, lat in ok]
+            off = math.exp(float(np.median(logs)))  # the batch's typical error: a stray exploration pick is not it
+            self.batch_off_by.append(off)
+            if off > OFF_BY:
+                self.model.reweight(self.task.op, min(MAX_WEIGHT, off))
         obs = []
         for (t, rows), lat in zip(pairs, latencies):
             self.known[(t, rows)] = lat
@@ -117,8 +163,56 @@ class TaskSearch:
             return np.full(len(self.samples.values), np.inf)
         return self._predict(good).min(axis=1)
 
+    def off_now(self) -> bool:
+        """The model's last batch of predictions was more than OFF_BY off."""
+        return bool(self.batch_off_by) and self.batch_off_by[-1] > OFF_BY
+
     def propose(self, n: int) -> list[DenseTiles]:
         untried = [t for t in self.space if not self.tried(t)]
+        if len(untried) <= n:
+            return untried
+        led = self._measured_led(n // 2) if self.off_now() and n > 1 else []
+        self.measured_trials += len(led)
+        if led:
+            rest = self._propose([t for t in untried if t not in led], n - len(led))
+            return led + [t for t in rest if t not in led][:n - len(led)]
+        return self._propose(untried, n)
+
+    def _measured_led(self, n: int) -> list:
+        """Up to n untried neighbours (one tile factor moved) of the kernels measured best, best parent first:
+        the model's ranking is not used (it was off)."""
+        good = self.good_trials()
+        if not good:
+            return []
+        cost = (np.array(self.samples.weights)[:, None] * self._measured_matrix(good)).sum(axis=0)
+        out = []
+        for j in np.argsort(cost, kind="stable"):
+            out += [t for t in self._neighbours(good[j]) if not self.tried(t) and t not in out]
+            if len(out) >= n:
+                break
+        return out[:n]
+
+    def _neighbours(self, t) -> list:
+        """Configurations one tile factor away from t, in the space."""
+        if isinstance(t, ConvTiles):
+            moves = [{a: v} for a in ("oc", "oh", "ow") for v in (getattr(t, a) * 2, getattr(t, a) // 2) if v >= 1]
+        else:
+            cols = sorted({c.cols for c in self.space})
+            i = cols.index(t.cols) if t.cols in cols else 0
+            moves = ([{"rows": t.rows * 2}, {"rows": t.rows // 2}] + [{"cols": cols[k]} for k in (i - 1, i + 1)
+                                                                       if 0 <= k < len(cols)]
+                     + [{"unroll_k": u} for u in (1, 2, 4) if u != t.unroll_k] + [{"par_cols": not t.par_cols}])
+        out = []
+        for m in moves:
+            try:
+                new = dataclasses.replace(t, **m)
+            except (TypeError, ValueError):
+                continue
+            if new in self._space_set and new != t:
+                out.append(new)
+        return out
+
+    def _propose(self, untried: list, n: int) -> list[DenseTiles]:
         if len(untried) <= n:
             return untried
         w = np.array(self.samples.weights)
@@ -177,6 +271,54 @@ class TaskSearch:
                       / self.task.op.flop(self.trial_rows(good[j])))
         return [good[j] for j in dict.fromkeys(picks + [fastest])]
 
+    def measured_shortlist(self, k_max: int) -> list:
+        """The shortlist the measurements alone give: a cover of each trial kernel's measured throughput
+        (on its trial rows) carried to every sample by the analytic adaptation, plus each sample's best."""
+        good = self.good_trials()
+        L = self._measured_matrix(good)
+        picks = greedy_cover(L, self.samples.weights, k_max=k_max).kernels + list(L.argmin(axis=1))
+        return [good[int(j)] for j in dict.fromkeys(picks)]
+
+    def _measured_matrix(self, good: list) -> np.ndarray:
+        """[samples x good] latencies from each kernel's measured throughput on its trial rows, carried to every
+        sample by the analytic adaptation only."""
+        op, cores = self.task.op, self.hw.cores
+        f = np.array([op.flop(r) / adaptation(op, t, r, cores) / self.known[(t, r)]
+                      for t, r in ((t, self.trial_rows(t)) for t in good)])
+        return np.stack([op.flop(s) / (f * np.array([adaptation(op, t, s, cores) for t in good]))
+                         for s in self.samples.values])
+
+    def off_by(self, predicted: np.ndarray, mains: list, edge: DenseTiles | None) -> float:
+        """exp(mean |log(predicted / measured)|) over every verified (sample, kernel) run: how far off the
+        model typically is, whichever the direction. `predicted`: [samples x mains], made before measuring."""
+        logs = [abs(math.log(predicted[i, j] / m)) for i, s in enumerate(self.samples.values)
+                for j, t in enumerate(mains) if math.isfinite(m := self.run_latency(t, edge, s))]
+        return math.exp(float(np.mean(logs))) if logs else 1.0
+
+    def verify(self, k_max: int, measure) -> TaskResult:
+        """Measure the shortlist as the package runs it (`measure(pairs)` records them), react to a model
+        that is off (module doc), and choose the final set from measured numbers. Predictions are taken
+        before their pairs are measured: the model refits on every measurement."""
+        search_off = max(self.batch_off_by, default=1.0)  # before verification's own batches are recorded
+        mains, edge = self.shortlist(k_max), self.edge_tiles()
+        P = self._predict(mains)
+        verified = self._measure_runs(mains, edge, measure)
+        off = self.off_by(P, mains, edge)
+        extra = [t for t in self.measured_shortlist(k_max) if t not in mains] if off > OFF_BY else []
+        if extra:
+            P = np.hstack([P, self._predict(extra)])
+            verified += self._measure_runs(extra, edge, measure)
+        res = self.choose(mains + extra, edge, k_max, verified, predicted=P)
+        return dataclasses.replace(res, model_off_by=off, measured_picks=len(extra), search_off_by=search_off,
+                                   reweighted=self.model.weights.get(self.task.op, 1.0),
+                                   measured_trials=self.measured_trials)
+
+    def _measure_runs(self, mains: list, edge: DenseTiles | None, measure) -> int:
+        new = [p for p in self.run_pairs(mains, edge) if p not in self.known]
+        if new:
+            measure(new)
+        return len(new)
+
     def edge_tiles(self) -> DenseTiles | None:
         """The row-tile-1 kernel for remainders: the best predicted over 1..7 leftover rows. Its views start
         at a whole number of main tiles, so any column tiling of the space may serve (row tile set to 1)."""
@@ -209,7 +351,10 @@ class TaskSearch:
         parts = ([self.known.get((t, whole))] if whole else []) + ([self.known.get((edge, rest))] if rest else [])
         return math.inf if any(p is None for p in parts) else float(sum(parts))
 
-    def choose(self, mains: list, edge: DenseTiles | None, k_max: int, verified: int) -> TaskResult:
+    def choose(self, mains: list, edge: DenseTiles | None, k_max: int, verified: int,
+               predicted: np.ndarray | None = None) -> TaskResult:
+        """The final cover of the measured runs; `predicted` [samples x mains]: the model's numbers to record
+        (default: its current predictions)."""
         L = np.array([[self.run_latency(t, edge, s) for t in mains] for s in self.samples.values])
         cover = greedy_cover(L, self.samples.weights, k_max=k_max)
         if not cover.kernels:
@@ -217,7 +362,7 @@ class TaskSearch:
         chosen = [mains[j] for j in cover.kernels]
         col = {j: i for i, j in enumerate(cover.kernels)}
         assign = [col[int(a)] for a in cover.assign]
-        P = self._predict(chosen)
+        P = (self._predict(mains) if predicted is None else predicted)[:, cover.kernels]
         return TaskResult(
             task=self.task.kernel, mains=chosen, edge=edge, samples=self.samples, assign=assign,
             measured_s=[float(L[i, cover.kernels[a]]) for i, a in enumerate(assign)],

@@ -16,11 +16,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from ..board import Board
 from ..errors import EdgepackError
-from .cost_model import CostModel, relative_errors
+from .cost_model import CostModel, Holdout, holdout_quality
 from .db import TuningDB, kernel_variant
 from .samples import Samples, make_samples
 from .search import TaskResult, TaskSearch, config, shape
@@ -40,6 +38,8 @@ class TuneOptions:
     batch: int | None = None  # kernels measured per round (default: the board's [tune] batch)
     seed: int = 0
     progress: bool = True
+    cost_model: str = "reg"  # "reg" | "rank": the cost model's objective (cost_model.py: the default is reg
+    #                          until rank is measured to give faster kernels on the zoo for the same budget)
 
 
 @dataclass
@@ -52,9 +52,21 @@ class TuneReport:
     measured: int  # measurements made by this run (trials + verification)
     failed: int  # of which failed (build error, crash, timeout)
     reused: int  # measurements found in the database and not repeated
-    cost_model_error: float  # median relative error on held-back measurements
+    holdout: Holdout  # the cost model on held-back measurements: median error, Kendall's tau, top-5 recall
     tasks: list[TaskResult] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # kernels with no micro-kernel space on this board
+    cost_model: str = "reg"
+
+    @property
+    def cost_model_error(self) -> float:
+        """The held-back median relative error alone (what reports before the rank figures read)."""
+        return self.holdout.error
+
+    @property
+    def model_off(self) -> list[TaskResult]:
+        """Tasks whose model was more than 2x off, at verification (the measurements chose kernels too) or on a
+        batch of trials (samples re-weighted, trials chosen from the measurements)."""
+        return [t for t in self.tasks if t.model_off or t.off_in_search]
 
 
 def hardware_of(board: Board, packed: bool) -> Hardware:
@@ -93,7 +105,7 @@ class Tuner:
         sched = schedules_for(board)  # candidates are scheduled as the package will compile them (C: plain loops)
         self.hw = hardware_of(board, sched.pack)
         # one cost model per operator class: every measurement of that class, on any shape, trains it
-        self.costs = {kind: CostModel(self.hw, seed=opts.seed) for kind in {t.kind for t in tasks}}
+        self.costs = {kind: CostModel(self.hw, opts.cost_model, seed=opts.seed) for kind in {t.kind for t in tasks}}
         self.k_max = opts.max_kernels or tune_setting(board, "max_kernels", 4)
         self.batch = opts.batch or tune_setting(board, "batch", 8)
         self.samples = {t.dim: make_samples(opts.samples, t.dim) for t in tasks}  # dense rows: ranges differ
@@ -138,9 +150,13 @@ class Tuner:
         finally:
             bar.close()
             self._workdir.cleanup()
-        self.db.finish_run(run)
+        holdout = self._holdout()
+        self.db.finish_run(run, summary={"cost_model": self.opts.cost_model, "holdout": holdout.to_json(),
+                                         "model_off": {t.task: off_json(t) for t in results
+                                                       if t.model_off or t.off_in_search}})
         return TuneReport(self.model_name, self.board.name, str(self.db.path), run, time.perf_counter() - t0,
-                          self.measured, self.failed, self.reused, self._holdout(), results, self.skipped)
+                          self.measured, self.failed, self.reused, holdout, results, self.skipped,
+                          self.opts.cost_model)
 
     def _search(self, budgets: list[int], bar, run: int) -> None:
         active = [i for i, s in enumerate(self.searches) if s.trials_done() < budgets[i]]
@@ -166,14 +182,10 @@ class Tuner:
                                 f"'{self.board.name}'; see the log with -v, check the board's toolchain")
         # a convolution runs whole images: one kernel serves every batch, so its set is one kernel
         k_max = self.k_max if s.task.kind == "dense" else 1
-        mains, edge = s.shortlist(k_max), s.edge_tiles()
-        pairs = s.run_pairs(mains, edge)
-        new = [p for p in pairs if p not in s.known]
         bar.set_description_str(f"verifying {s.task.kernel}", refresh=True)
-        self._measure(i, new, run)
-        res = s.choose(mains, edge, k_max, len(new))
+        res = s.verify(k_max, lambda pairs: self._measure(i, pairs, run))
         self.db.save_selection(self.workloads[i], {"m": [s.task.op.lo, s.task.op.hi]},
-                               selection_json(res), run=run)
+                               selection_json(res) | {"cost_model": s.model.objective}, run=run)
         return res
 
     def _kernel(self, i: int, t):
@@ -232,30 +244,47 @@ class Tuner:
         good = [(s.known[(t, s.trial_rows(t))], t) for t in s.good_trials()]
         if not good:
             return s.task.kernel
-        lat, t = min(good)
+        lat, t = min(good, key=lambda g: g[0])  # ties: the first (tiles do not order)
         pred = s.model.predict_latency(s.task.op, [t], s.trial_rows(t))[0]
         return f"{s.task.kernel}: best {lat * 1e6:.1f} us measured, {pred * 1e6:.1f} predicted"
 
-    def _holdout(self) -> float:
-        """Fit fresh models on 80% of each class's observations; median error on the other 20%."""
-        errs = []
+    def _holdout(self) -> Holdout:
+        """Fit fresh models on 80% of each class's observations; error and rank quality on the other 20%."""
+        held, fitted = [], []
         for cost in self.costs.values():
             obs = list(cost.observations)
             random.Random(self.opts.seed).shuffle(obs)
             cut = int(0.8 * len(obs))
             if cut < 8 or cut == len(obs):
                 continue
-            m = CostModel(self.hw, seed=self.opts.seed)
+            m = CostModel(self.hw, self.opts.cost_model, seed=self.opts.seed)
             m.observe(obs[:cut])
             m.fit()
-            errs += relative_errors(m, obs[cut:])
-        return float(np.median(errs)) if errs else float("nan")
+            held.append(obs[cut:])
+            fitted.append(m)
+        return holdout_quality(_PerClass(fitted, held), [o for h in held for o in h])
+
+
+class _PerClass:
+    """The held-out models of every operator class as one predictor (each task belongs to one class)."""
+
+    def __init__(self, models: list[CostModel], held: list[list]):
+        self._by_task = {o.task: m for m, h in zip(models, held) for o in h}
+
+    def predict_latency(self, task, tiles, rows):
+        return self._by_task[task].predict_latency(task, tiles, rows)
+
+
+def off_json(r: TaskResult) -> dict:
+    """How far off a task's model was and what the search did about it (search.py's module doc)."""
+    return {"model_off_by": r.model_off_by, "measured_picks": r.measured_picks, "search_off_by": r.search_off_by,
+            "reweighted": r.reweighted, "measured_trials": r.measured_trials}
 
 
 def selection_json(r: TaskResult) -> dict:
     return {"mains": [config(t) for t in r.mains], "edge": config(r.edge) if r.edge else None,
             "samples": r.samples.to_json(), "assign": r.assign, "measured_s": r.measured_s,
-            "predicted_s": r.predicted_s}
+            "predicted_s": r.predicted_s} | off_json(r)
 
 
 class _NoBar:
