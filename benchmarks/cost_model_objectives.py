@@ -27,7 +27,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from edgepack.board import load_board
-from edgepack.tune.rpc import LocalRPC, Measurer
+from edgepack.tune.farm import LocalRPC
+from edgepack.tune.measure import RPCMeasurer
 from edgepack.tune.trial import kernel_name
 from edgepack.tune.tuner import TuneOptions, tune_model
 
@@ -118,7 +119,7 @@ def main() -> None:
     board = load_board("host")
     runs = []
     with tempfile.TemporaryDirectory() as tmp, LocalRPC(key=board.rpc_key) as farm, \
-            Measurer.local(board, farm, timeout_s=60) as m:
+            RPCMeasurer.local(board, farm, timeout_s=60) as m:
         tmp = Path(tmp)
         cached = CachedMeasurer(m)
         model = dense_model(tmp / "dense.onnx")

@@ -9,8 +9,6 @@ import random
 import numpy as np
 import pytest
 
-import pytest
-
 from edgepack.tune.cost_model import CostModel, Observation, holdout_error, holdout_quality
 from edgepack.tune.space import DenseTask, Hardware, adaptation, candidates
 

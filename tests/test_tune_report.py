@@ -18,7 +18,7 @@ from edgepack.report.schema import Run, validate
 from edgepack.schedule.defaults import schedules_for
 from edgepack.tune.apply import tuned_schedules
 from edgepack.tune.db import TuningDB
-from edgepack.tune.rpc import MeasureResult
+from edgepack.tune.measure import MeasureResult
 from edgepack.tune.tuner import TuneOptions, tune_model
 
 MLP = EXAMPLES["mlp"]
