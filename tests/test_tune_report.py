@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from edgepack.board import load_board
 from edgepack.commands.tune import summary_lines
 from edgepack.examples import EXAMPLES
@@ -20,6 +22,8 @@ from edgepack.tune.apply import tuned_schedules
 from edgepack.tune.db import TuningDB
 from edgepack.tune.measure import MeasureResult
 from edgepack.tune.tuner import TuneOptions, tune_model
+
+pytestmark = pytest.mark.unit  # lowering only: nothing built or run
 
 MLP = EXAMPLES["mlp"]
 
