@@ -51,7 +51,7 @@ def build_package(model_path: str | Path, board: Board | str = "host", dim_range
     mcu = mcu_config(board) if is_mcu(board) else None  # bad MCU settings fail before the heavy work
     from .codegen.emit_c import emit_package, layout_weights
     from .codegen.kernels import compile_kernels
-    from .schedule.variants import make_variants
+    from .schedule.variants import bind_row_ranges, make_variants
 
     lowered = lower_model(name, model, dims)
     plan = lowered.plan
@@ -70,6 +70,7 @@ def build_package(model_path: str | Path, board: Board | str = "host", dim_range
     for k in _shared_packed_weights(plan, impls):  # a weight another call reads unpacked stays unpacked
         impls[k] = make_variants(k, lowered.kernels[k], replace(schedules, pack=False))
     _pack_weights(plan, impls)
+    bind_row_ranges(plan, impls)
 
     stage = stage_dir(target)
     try:

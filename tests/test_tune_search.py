@@ -59,7 +59,7 @@ class _Task:
 
 
 def test_budget_split_follows_weight_and_keeps_the_total():
-    samples = {"seq": make_samples("8", SEQ)}
+    samples = {SEQ: make_samples("8", SEQ)}
     tasks = [_Task(1.0), _Task(3.0), _Task(1.0, calls=4)]
     b = split_budget(tasks, samples, 100, [500, 500, 500])
     assert sum(b) == 100 and b[0] < b[1] < b[2]

@@ -1,5 +1,8 @@
 """Shape dispatchers: per split kernel, which main variant covers the whole-tile rows at the run's dims.
 
+A split kernel's dispatcher sees one dim, its row count (`schedule.rows.ROWS`, e.g. batch * seq for a
+dense layer on [batch, seq, K]): the generated call computes it and passes `&rows` as the dims array.
+
 `FixedChoice` is what untuned packages use (one main variant). The tuner's table + decision tree plugs in
 as another `Dispatcher` with the same two methods: `choose` (Python, for tests) and `emit_c`.
 """

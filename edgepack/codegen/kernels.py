@@ -43,7 +43,8 @@ def compile_kernels(impls: dict[str, KernelImpl], target: tvm.target.Target, out
         lib.write_to_file(str(out))
     else:
         out.write_text(lib.inspect_source())
-    ws = max((workspace_bound(v.func, dims, target, v.tile) for k in impls.values() for v in k.variants), default=0)
+    ws = max((workspace_bound(v.func, dims + ([k.rows] if k.rows else []), target, v.tile)
+              for k in impls.values() for v in k.variants), default=0)
     return KernelObject(out, [v.symbol for k in impls.values() for v in k.variants], ws)
 
 

@@ -13,18 +13,22 @@ class DenseTiles:
     rows: int  # tile on the dynamic row axis (M)
     cols: int  # tile on N; divides N, vectorized
     unroll_k: int = 1  # inner split of K, unrolled (1 = none); ignored unless it divides K
-    par_cols: bool = False  # parallel over row x column tiles (the small-M / GEMV family: few row tiles)
+    # Column panels outermost, parallel over panels x row tiles: each weight panel is read once and reused
+    # by every row tile (False: row tiles outermost, parallel over them; each row tile streams all of W).
+    # With few row tiles (small M, GEMV) this is also what keeps every core busy.
+    par_cols: bool = False
 
     def with_rows(self, rows: int) -> DenseTiles:
         return replace(self, rows=rows)
 
     @staticmethod
-    def default(func: tirx.PrimFunc, block: str, lanes: int) -> DenseTiles:
-        """Untuned tiles: 4 rows x 2 vectors, 8 accumulators, which fit in the 16 vector registers of
-        AVX2/SSE/armv7 NEON (4 x 4 vectors spill there) and leave room on AVX-512 and aarch64."""
+    def default(func: tirx.PrimFunc, block: str, lanes: int, registers: int = 16) -> DenseTiles:
+        """Untuned tiles: rows x 2 vectors of accumulators in registers, with room left for the weight
+        vectors and the broadcast: 4 rows (8 accumulators) in the 16 registers of AVX2/SSE/armv7 NEON,
+        8 rows (16) in the 32 of AVX-512 and aarch64. Weight panels outermost (par_cols)."""
         n = _static_extent(func, block, -2)
         cols = next((c for c in (2 * lanes, lanes, lanes // 2, lanes // 4) if c >= 1 and n % c == 0), 1)
-        return DenseTiles(rows=4, cols=cols)
+        return DenseTiles(rows=8 if registers >= 32 else 4, cols=cols, par_cols=True)
 
 
 def _static_extent(func: tirx.PrimFunc, block: str, iter_index: int) -> int:
@@ -56,25 +60,28 @@ def schedule_dense(func: tirx.PrimFunc, block: str, tiles: DenseTiles, parallel:
     jo, ji = sch.split(loops[col], [None, tiles.cols])
     k = ko = loops[-1]
     k_extent = iters[-1].dom.extent
+    tile_loops = [jo, io] if tiles.par_cols else [io, jo]
     if tiles.unroll_k > 1 and isinstance(k_extent, tirx.IntImm) and int(k_extent) % tiles.unroll_k == 0:
         ko, ki = sch.split(k, [None, tiles.unroll_k])
-        sch.reorder(*outer, io, jo, ko, ki, ii, ji)
+        sch.reorder(*outer, *tile_loops, ko, ki, ii, ji)
         sch.unroll(ki)
     else:
-        sch.reorder(*outer, io, jo, k, ii, ji)
+        sch.reorder(*outer, *tile_loops, k, ii, ji)
     if tiles.rows > 1:
         sch.unroll(ii)  # rows x cols accumulators stay in vector registers
-    _fuse_epilogue(sch, blk, jo)
+    _fuse_epilogue(sch, blk, tile_loops[-1], vectorize)
     if vectorize:  # off for C-source kernels: gcc vectorizes the plain inner loop where the ISA can
         sch.vectorize(ji)
     if parallel:
-        par = [*outer, io, jo] if tiles.par_cols else [*outer, io]
+        par = [*outer, *tile_loops] if tiles.par_cols else [*outer, io]
         sch.parallel(sch.fuse(*par) if len(par) > 1 else par[0])
     sch.decompose_reduction(blk, ko)
     return sch.mod["main"]
 
 
-def _fuse_epilogue(sch: s_tir.Schedule, blk, loop) -> None:
+def _fuse_epilogue(sch: s_tir.Schedule, blk, loop, vectorize: bool = False) -> None:
+    """Compute the consumers (bias, activation, residual) on each tile while it is in registers; with
+    `vectorize`, over the tile's columns in vectors (a GELU's polynomial costs as much as the tile's FMAs)."""
     frontier = list(sch.get_consumers(blk))
     while frontier:
         c = frontier.pop(0)
@@ -82,6 +89,9 @@ def _fuse_epilogue(sch: s_tir.Schedule, blk, loop) -> None:
             sch.reverse_compute_at(c, loop)
         except Exception:  # ScheduleError or TVM internal errors: an epilogue that needs whole rows stays where it is: still correct
             continue
+        inner = sch.get_loops(c)[-1]
+        if vectorize and isinstance(sch.get(inner).extent, tirx.IntImm):
+            sch.vectorize(inner)
         frontier.extend(sch.get_consumers(c))
 
 

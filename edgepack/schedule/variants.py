@@ -1,6 +1,7 @@
 """Kernel variants: the compiled forms of one TIR kernel that the shape dispatcher chooses between.
 
-A dense/matmul kernel whose rows follow one dynamic dim (`x[1, seq, K] @ W[K, N]`, `x[batch, K]`) is
+A dense/matmul kernel gets its rows flattened into one axis first (schedule/rows.py: `x[batch, seq, K]`,
+`x[4, seq, K]`, `x[1, seq, K]` -> `x[rows, K]`, rows = the product of the leading dims), then it is
 compiled twice (docs/tuning.md#dynamic-axes-main-and-edge-kernels, "peel the remainder"):
   main: the function specialized to rows = mt * tile (mt a scalar argument), scheduled with whole tiles, so
         no bounds-check predicate sits in its inner loops;
@@ -11,24 +12,26 @@ the same buffers. Every other kernel has one generic variant.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import tvm
 from tvm import s_tir, tirx
 
-from ..model.plan import c_ident
+from ..model.plan import DimRange, c_ident
 from .conv import ConvTiles, conv_block, extents_of, kernel_blocks, schedule_conv
 from .dense import DenseTiles, schedule_dense, schedule_matmul_rowwise
 from .pack import pack_func, packing
+from .rows import flatten_rows, row_count, row_range
 
 
 @dataclass(frozen=True)
 class RowSplit:
     """How one kernel's buffers split into rows along a dynamic dim."""
 
-    dim: str  # C name of the dim that counts rows
+    dim: str  # C name of the dim that counts rows (rows.ROWS for a flattened dense kernel)
     axes: tuple[int | None, ...]  # per tensor argument: the axis holding the dim, None if the arg has no rows
     row_elems: tuple[int, ...]  # per tensor argument: elements in one row (product of the axes after it)
+    lead: int = 0  # leading axes of the plan's tensors folded into the kernel's row axis (0: none)
 
 
 @dataclass
@@ -45,10 +48,28 @@ class KernelImpl:
     split: RowSplit | None
     variants: list[Variant]  # split kernels: main variant(s) first, edge variant last
     packed: dict[int, int] = field(default_factory=dict)  # parameter index -> panel width of a packed weight
+    rows: DimRange | None = None  # split kernels: the range of the row count (`bind_row_ranges`)
 
     @property
     def edge(self) -> Variant:
         return self.variants[-1]
+
+
+def call_rows(plan, call, split: RowSplit):
+    """A split kernel call's row count (SymExpr): the product of the leading dims of its first row tensor."""
+    i = next(i for i, ax in enumerate(split.axes) if ax is not None)
+    return row_count(plan.tensor(call.args[i]).shape, split.lead)
+
+
+def bind_row_ranges(plan, impls: dict[str, KernelImpl]) -> None:
+    """Give each split kernel the range of its row count over the plan's dims: its dispatcher's one dim,
+    and the upper bound its workspace is sized at."""
+    for c in plan.calls:
+        impl = impls[c.kernel]
+        if impl.split is None:
+            continue
+        r = row_range(call_rows(plan, c, impl.split), plan.dims)  # calls on other dims widen the range
+        impl.rows = r if impl.rows is None else replace(r, lo=min(r.lo, impl.rows.lo), hi=max(r.hi, impl.rows.hi))
 
 
 @dataclass(frozen=True)
@@ -87,16 +108,17 @@ def make_variants(name: str, func: tirx.PrimFunc, sched: Schedules) -> KernelImp
                                                           sched.vector_registers)
         conv = schedule_conv(func, cb, tiles, sched.cores > 1 and sched.parallel, sched.vectorize)
         return KernelImpl(name, None, [Variant(name, 0, conv)])
-    split = find_row_split(func)
     block = matmul_block(func)
+    flat = dense_rows(func) if block is not None else None
     choice = None
-    if split is not None and block is not None:
-        choice = sched.dense.get(name) or DenseTiles.default(func, block, sched.vector_lanes)
+    if flat is not None:
+        choice = sched.dense.get(name) or DenseTiles.default(flat[0], block, sched.vector_lanes, sched.vector_registers)
         choice = DenseChoice.single(choice) if isinstance(choice, DenseTiles) else choice
-    if choice is None or not all(_aligned(split, func, t.rows) for t in choice.mains):
+    if choice is None or not all(_aligned(flat[1], flat[0], t.rows) for t in choice.mains):
         generic = (schedule_matmul_rowwise(func, block, sched.vectorize, sched.parallel) if block
                    else generic_schedule(func, sched.target, sched.vectorize, sched.parallel))
         return KernelImpl(name, None, [Variant(name, 0, generic)])
+    func, split = flat
     par, vec = sched.cores > 1 and sched.parallel, sched.vectorize
     packed = {}
     if sched.pack and (pk := packing(func, block, sched.vector_lanes)) is not None:
@@ -169,6 +191,14 @@ def matmul_block(func: tirx.PrimFunc) -> str | None:
     if len(found) == 1 and "matmul" in found[0]:
         return found[0]
     return None
+
+
+def dense_rows(func: tirx.PrimFunc) -> tuple[tirx.PrimFunc, RowSplit] | None:
+    """A dense/matmul kernel with its rows flattened into one axis, and the split of that axis; None when
+    the rows cannot be flattened (the kernel keeps a generic schedule)."""
+    flat = flatten_rows(func)
+    split = find_row_split(flat.func) if flat is not None else None
+    return (flat.func, replace(split, lead=flat.lead)) if split is not None else None
 
 
 def find_row_split(func: tirx.PrimFunc) -> RowSplit | None:

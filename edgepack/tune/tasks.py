@@ -1,5 +1,6 @@
-"""Tuning tasks: the kernels of a model with a shape-generic micro-kernel space: dense/matmul kernels whose
-rows follow one dynamic dim, and conv2d kernels with a dynamic batch.
+"""Tuning tasks: the kernels of a model with a shape-generic micro-kernel space: dense/matmul kernels with
+dynamic rows (the product of their leading dims: batch x seq, a static batch, unit axes; schedule/rows.py),
+and conv2d kernels with a dynamic batch.
 
 Each becomes a `TuneTask`: the kernel's TIR, its row split, the DenseTask/ConvTask the space and cost model
 see, and the workload it is recorded under in the database. The workload is (op, static dims, dtype, board) with the
@@ -17,18 +18,19 @@ import tvm_ffi
 from ..model.plan import DimRange
 from ..schedule.conv import conv_block, conv_extents, is_pointwise
 from ..schedule.dense import _static_extent
-from ..schedule.variants import RowSplit, _aligned, find_row_split, matmul_block
+from ..schedule.rows import row_range
+from ..schedule.variants import RowSplit, _aligned, call_rows, dense_rows, find_row_split, matmul_block
 from .space import ConvTask, DenseTask
 
 
 @dataclass
 class TuneTask:
     kernel: str  # the kernel's name in the plan
-    func: object  # tirx.PrimFunc (symbolic rows)
+    func: object  # tirx.PrimFunc (symbolic rows; a dense kernel's rows flattened into one axis)
     split: RowSplit
     block: str  # the matmul block
     op: DenseTask | ConvTask  # what the space, adaptation and cost model see
-    dim: DimRange  # the model dim that counts its rows
+    dim: DimRange  # what counts its rows: the model's batch dim (conv2d) or the row count (dense, rows.ROWS)
     calls: int  # calls per model run
     dtype: str
 
@@ -54,19 +56,37 @@ class TuneTask:
 
 def extract_tasks(lowered, dims: list[DimRange]) -> list[TuneTask]:
     calls = Counter(c.kernel for c in lowered.plan.calls)
-    by_c = {d.c_name: d for d in dims}
+    first_call = {c.kernel: c for c in reversed(lowered.plan.calls)}
     out = []
     for name, func in lowered.kernels.items():
-        split = find_row_split(func)
-        if split is None or split.dim not in by_c:
+        if name not in first_call:
             continue
-        d, dtype = by_c[split.dim], str(func.params[0].dtype)
-        if (block := matmul_block(func)) is not None:
-            n, k = _static_extent(func, block, -2), _static_extent(func, block, -1)
-            op = DenseTask(name, n, k, d.lo, d.hi)
-        elif (block := conv_block(func)) is not None:
-            op = ConvTask(name, *conv_extents(func, block), d.lo, d.hi, is_pointwise(func, block))
-        else:
-            continue
-        out.append(TuneTask(name, func, split, block, op, d, calls[name], dtype))
+        task = (_dense_task(name, func, first_call[name], lowered.plan, dims) if matmul_block(func) is not None
+                else _conv_task(name, func, dims))
+        if task is not None:
+            task.calls = calls[name]
+            out.append(task)
     return out
+
+
+def _dense_task(name: str, func, call, plan, dims: list[DimRange]) -> TuneTask | None:
+    flat = dense_rows(func)
+    if flat is None:
+        return None
+    func, split = flat
+    d = row_range(call_rows(plan, call, split), dims)
+    if d.lo == d.hi:
+        return None  # static rows: nothing shape-generic to tune
+    block = matmul_block(func)
+    op = DenseTask(name, _static_extent(func, block, -2), _static_extent(func, block, -1), d.lo, d.hi)
+    return TuneTask(name, func, split, block, op, d, 0, str(func.params[0].dtype))
+
+
+def _conv_task(name: str, func, dims: list[DimRange]) -> TuneTask | None:
+    by_c = {d.c_name: d for d in dims}
+    split, block = find_row_split(func), conv_block(func)
+    if split is None or split.dim not in by_c or block is None:
+        return None
+    d = by_c[split.dim]
+    op = ConvTask(name, *conv_extents(func, block), d.lo, d.hi, is_pointwise(func, block))
+    return TuneTask(name, func, split, block, op, d, 0, str(func.params[0].dtype))

@@ -59,8 +59,8 @@ class TuneReport:
 
 def hardware_of(board: Board, packed: bool) -> Hardware:
     """The space's hardware limits; `packed`: dense weights in panels (Schedules.pack for the board)."""
-    regs = 32 if board.target.vector_bits >= 512 or "aarch64" in board.target.triple else 16
-    return Hardware(lanes=board.vector_lanes_f32, registers=regs, cores=board.target.cores, packed=packed)
+    return Hardware(lanes=board.vector_lanes_f32, registers=board.vector_registers, cores=board.target.cores,
+                    packed=packed)
 
 
 def tune_setting(board: Board, key: str, default: int) -> int:
@@ -73,7 +73,7 @@ def tune_setting(board: Board, key: str, default: int) -> int:
 def split_budget(tasks: list[TuneTask], samples: dict[str, Samples], trials: int, space_sizes: list[int]) -> list[int]:
     """Trials per task: a minimum each, the rest by weight (largest remainders), never above a task's space."""
     base = [min(MIN_TRIALS, trials // max(1, len(tasks)), n) for n in space_sizes]
-    w = [sum(wi * t.weight(v) for v, wi in zip(samples[t.dim.name].values, samples[t.dim.name].weights))
+    w = [sum(wi * t.weight(v) for v, wi in zip(samples[t.dim].values, samples[t.dim].weights))
          for t in tasks]
     left = max(0, trials - sum(base))
     ideal = [left * wi / sum(w) for wi in w]
@@ -96,7 +96,7 @@ class Tuner:
         self.costs = {kind: CostModel(self.hw, seed=opts.seed) for kind in {t.kind for t in tasks}}
         self.k_max = opts.max_kernels or tune_setting(board, "max_kernels", 4)
         self.batch = opts.batch or tune_setting(board, "batch", 8)
-        self.samples = {t.dim.name: make_samples(opts.samples, t.dim) for t in tasks}
+        self.samples = {t.dim: make_samples(opts.samples, t.dim) for t in tasks}  # dense rows: ranges differ
         self.measured = self.failed = self.reused = 0
         self._built: dict = {}  # (task index, tiles) -> (PrimFunc, what the measurer gets or BuildError)
         self._parallel, self._vectorize = sched.parallel and board.target.cores > 1, sched.vectorize
@@ -107,7 +107,7 @@ class Tuner:
         self.workloads = []
         self.skipped = []  # kernels whose rows cannot be tiled on this board (alignment, registers): default schedule
         for i, t in enumerate(list(tasks)):
-            s = TaskSearch(t, self.samples[t.dim.name], self.hw, self.costs[t.kind], seed=opts.seed + i)
+            s = TaskSearch(t, self.samples[t.dim], self.hw, self.costs[t.kind], seed=opts.seed + i)
             if not s.space:
                 self.skipped.append(t.kernel)
                 self.tasks.remove(t)
@@ -283,7 +283,7 @@ def tune_model(model_path: str | Path, board: Board, dim_ranges: dict, db_path: 
     name = name or package_name(model_path.stem)
     tasks = extract_tasks(lower_model(name, model, dims), dims)
     if not tasks:
-        raise EdgepackError(f"{model_path}: no kernel to tune (no dense/matmul layer whose rows follow a dynamic "
-                            "dim, no conv2d with a dynamic batch); build it untuned with `edgepack build`")
+        raise EdgepackError(f"{model_path}: no kernel to tune (no dense/matmul layer with dynamic rows, no conv2d "
+                            "with a dynamic batch); build it untuned with `edgepack build`")
     with TuningDB(db_path) as db:
         return Tuner(tasks, board, db, measurer, opts, name).run()

@@ -29,9 +29,10 @@ static inline TVMFFIAny ep_arg_int(int64_t v) {
 
 ep_status_t ep_call(ep_packed_fn_t fn, const TVMFFIAny* args, int nargs);
 
-/* A view of rows [begin, end) of `t` along `axis` (all axes before it have extent 1). */
-void ep_row_view(DLTensor* view, int64_t* shape, const DLTensor* t, int axis, int64_t begin, int64_t end,
-                 int64_t row_bytes);
+/* A view of rows [begin, end) of `t` whose first `lead` axes are folded into one row axis (row-major, the
+ * same bytes): shape [end - begin, t->shape[lead], ...]. row_bytes: bytes of one row. */
+void ep_rows_view(DLTensor* view, int64_t* shape, const DLTensor* t, int lead, int64_t begin, int64_t end,
+                  int64_t row_bytes);
 
 void ep_tensor_init(DLTensor* t, void* data, int64_t* shape, int ndim, uint8_t code, uint8_t bits);
 

@@ -111,11 +111,12 @@ void ep_tensor_init(DLTensor* t, void* data, int64_t* shape, int ndim, uint8_t c
   t->byte_offset = 0;
 }
 
-void ep_row_view(DLTensor* view, int64_t* shape, const DLTensor* t, int axis, int64_t begin, int64_t end,
-                 int64_t row_bytes) {
+void ep_rows_view(DLTensor* view, int64_t* shape, const DLTensor* t, int lead, int64_t begin, int64_t end,
+                  int64_t row_bytes) {
   *view = *t;
-  for (int i = 0; i < t->ndim; ++i) shape[i] = t->shape[i];
-  shape[axis] = end - begin;
+  view->ndim = t->ndim - lead + 1;
+  shape[0] = end - begin;
+  for (int i = lead; i < t->ndim; ++i) shape[i - lead + 1] = t->shape[i];
   view->shape = shape;
   view->data = (uint8_t*)t->data + begin * row_bytes;
 }
