@@ -23,6 +23,8 @@ from edgepack.schedule.variants import make_variants, matmul_block
 from edgepack.tune.dispatch_tree import TreeDispatcher
 from edgepack.tune.tasks import extract_tasks
 
+pytestmark = pytest.mark.e2e
+
 DIMS = {"batch": (1, 4), "seq": (1, 37), "n": (1, 29)}
 SIZES = [{"batch": 1, "seq": 1, "n": 1}, {"batch": 4, "seq": 37, "n": 29},  # min, max
          {"batch": 3, "seq": 13, "n": 7}, {"batch": 2, "seq": 31, "n": 17}]  # odd, prime
@@ -137,12 +139,13 @@ def test_c_dispatcher_on_a_row_product_matches_python(tmp_path):
 
 
 def test_tuned_row_products_match_onnxruntime(model, tmp_path):
-    from edgepack.tune.rpc import LocalRPC, Measurer
+    from edgepack.tune.farm import LocalRPC
+    from edgepack.tune.measure import RPCMeasurer
     from edgepack.tune.tuner import TuneOptions, tune_model
 
     host = load_board("host")
     db = tmp_path / "t.db"
-    with LocalRPC(key=host.rpc_key, servers=1) as farm, Measurer.local(host, farm) as m:
+    with LocalRPC(key=host.rpc_key, servers=1) as farm, RPCMeasurer.local(host, farm) as m:
         rep = tune_model(model, host, DIMS, db, m, TuneOptions(trials=8, samples="3", max_kernels=2, batch=4,
                                                                progress=False))
     assert len(rep.tasks) >= 4 and rep.failed == 0
