@@ -140,7 +140,7 @@ def test_c_dispatcher_on_a_row_product_matches_python(tmp_path):
 
 def test_tuned_row_products_match_onnxruntime(model, tmp_path):
     from edgepack.tune.farm import LocalRPC
-    from edgepack.tune.measure import RPCMeasurer
+    from edgepack.tune.rpc_measurer import RPCMeasurer
     from edgepack.tune.tuner import TuneOptions, tune_model
 
     host = load_board("host")
