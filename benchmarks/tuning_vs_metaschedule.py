@@ -41,7 +41,8 @@ from edgepack.schedule.dense import schedule_dense
 from edgepack.schedule.pack import pack_func, packing
 from edgepack.schedule.variants import specialize_rows
 from edgepack.tune.farm import LocalRPC
-from edgepack.tune.measure import MeasureInput, RPCMeasurer
+from edgepack.tune.measure import MeasureInput
+from edgepack.tune.rpc_measurer import RPCMeasurer
 from edgepack.tune.search import tiles_of
 from edgepack.tune.tasks import extract_tasks
 from edgepack.tune.trial import main_variant_input

@@ -42,15 +42,37 @@ class BuildResult:
 def build_package(model_path: str | Path, board: Board | str = "host", dim_ranges: dict | None = None,
                   out: str | Path | None = None, schedules=None, name: str | None = None,
                   db: str | Path | None = None) -> BuildResult:
-    """Compile a model into a package. `db`: a tuning database whose kernel choices and dispatchers to use."""
+    """Compile a model into a package. `db`: a tuning database whose kernel choices and dispatchers to use.
+
+    The steps: check the input and the output path (before any heavy work), lower and schedule the kernels,
+    then in a staging directory write the sources, compile, write the manifest, and move it into place."""
     t0 = time.perf_counter()
     model_path = Path(model_path)
     name, out, target = package_output(model_path, out, name)  # before any work: the user's files are refused
     model, dims = prepare(model_path, dim_ranges or {})
     board = load_board(board) if isinstance(board, str) else board
     mcu = mcu_config(board) if is_mcu(board) else None  # bad MCU settings fail before the heavy work
-    from .codegen.emit_c import emit_package, layout_weights
-    from .codegen.kernels import compile_kernels
+    plan, impls, schedules, tuning = _lower_and_schedule(name, model, dims, board, mcu, schedules, db)
+
+    stage = stage_dir(target)
+    try:
+        src = _write_sources(stage, name, board, mcu, plan, impls, schedules, dims)
+        mem = _compile(stage, name, mcu)
+        code_bytes = _text_bytes(stage / f"lib{name}.a")
+        manifest = _manifest(name, model_path, board, mcu, dims, plan, impls, src, code_bytes, mem, tuning)
+        manifest["test_cases"] = _test_cases(stage, manifest, model_path, mcu is not None)
+        manifest = write_manifest(stage, manifest)
+        commit(stage, target)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    return BuildResult(Bundle(out, manifest), time.perf_counter() - t0, manifest["memory"]["arena_bytes"],
+                       plan.arena_bytes, src.plan_json["sum_of_tensor_bytes"], len(src.weights.blob), code_bytes)
+
+
+def _lower_and_schedule(name: str, model, dims: list[DimRange], board: Board, mcu, schedules, db):
+    """Lower the model to a Plan, pick its schedules (the board's, or a tuning database's) and make every
+    kernel's variants, with packed weights permuted in the plan. -> (plan, impls, schedules, tuning)."""
     from .schedule.variants import bind_row_ranges, make_variants
 
     lowered = lower_model(name, model, dims)
@@ -71,68 +93,87 @@ def build_package(model_path: str | Path, board: Board | str = "host", dim_range
         impls[k] = make_variants(k, lowered.kernels[k], replace(schedules, pack=False))
     _pack_weights(plan, impls)
     bind_row_ranges(plan, impls)
+    return plan, impls, schedules, tuning
 
-    stage = stage_dir(target)
-    try:
-        kfile = "kernels.c" if board.target.kind == "c" else "kernels.o"
-        kobj = compile_kernels(impls, board.tvm_target(), stage / "kernels" / kfile, dims)
-        weights = layout_weights(plan)
-        sources = emit_package(plan, impls, weights, kobj.workspace_per_thread, board.target.cores,
-                               schedules.dispatchers)
-        (stage / "include").mkdir()
-        (stage / "src").mkdir()
-        for fname, text in sources.files.items():
-            (stage / ("include" if fname.endswith(".h") else "src") / fname).write_text(text)
-        (stage / "src" / "weights.bin").write_bytes(weights.blob)
-        copy_runtime(stage, board.toolchain.platform)
-        (stage / "programs" / "ep_package.h").write_text(_package_glue(name))
-        if mcu:
-            from .mcu.firmware import write_firmware
 
-            fw_id = write_firmware(stage, name, board, mcu, len(plan.inputs) + len(plan.outputs), len(dims))
-        else:
-            write_makefile(stage, name, board, "kernels/kernels.o")
-        plan_json = plan.to_json() | {"workspace_per_thread": kobj.workspace_per_thread,
-                                      "max_threads": board.target.cores}
-        (stage / "plan.json").write_text(_dumps(plan_json))
-        if mcu:
-            from .mcu.firmware import build_firmware
+@dataclass
+class _Sources:
+    """What `_write_sources` put in the staging directory and the later steps report."""
 
-            mem = build_firmware(stage, name, mcu)
-        else:
-            make(stage)
-        code_bytes = _text_bytes(stage / f"lib{name}.a")
-        manifest = {
-            "edgepack_version": __version__,
-            "tvm_version": _tvm_version(),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "board": {"name": board.name, "triple": board.target.triple, "cpu": board.target.cpu,
-                      "cores": board.target.cores},
-            "model": {"name": name, "source": model_path.name, "sha256": sha256(model_path)},
-            "dims": [{"name": d.name, "c_name": d.c_name, "min": d.lo, "max": d.hi} for d in dims],
-            "inputs": [_io_json(plan, plan.tensor(t), plan.tensor(t).name) for t in plan.inputs],
-            "outputs": [_io_json(plan, plan.tensor(o.tensor), o.name) for o in plan.outputs],
-            "memory": {"arena_bytes": plan.arena_bytes + kobj.workspace_per_thread * board.target.cores,
-                       "tensor_bytes": plan.arena_bytes, "workspace_per_thread": kobj.workspace_per_thread,
-                       "weights_bytes": len(weights.blob), "code_bytes": code_bytes},
-            "kernels": {k: [v.symbol for v in i.variants] for k, i in impls.items()},
-            "tuned": bool(tuning and tuning["kernels"]),
-            "tuning": tuning,
-            "build_host": platform.node(),
-        }
-        if mcu:
-            from .mcu.firmware import firmware_manifest
+    workspace_per_thread: int
+    weights: object  # codegen.emit_c.WeightsLayout
+    plan_json: dict
+    fw_id: str | None  # the firmware's id (microcontrollers)
 
-            manifest["memory"]["mcu"] = mem.to_json()
-            manifest["firmware"] = firmware_manifest(fw_id, mcu)
-        manifest["test_cases"] = _test_cases(stage, manifest, model_path, mcu is not None)
-        manifest = write_manifest(stage, manifest)
-        commit(stage, target)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
-    return BuildResult(Bundle(out, manifest), time.perf_counter() - t0, manifest["memory"]["arena_bytes"],
-                       plan.arena_bytes, plan_json["sum_of_tensor_bytes"], len(weights.blob), code_bytes)
+
+def _write_sources(stage: Path, name: str, board: Board, mcu, plan, impls, schedules, dims) -> _Sources:
+    """Kernels compiled to one object (or C file), the generated C, weights, runtime, build files, plan.json."""
+    from .codegen.emit_c import emit_package, layout_weights
+    from .codegen.kernels import compile_kernels
+
+    kfile = "kernels.c" if board.target.kind == "c" else "kernels.o"
+    kobj = compile_kernels(impls, board.tvm_target(), stage / "kernels" / kfile, dims)
+    weights = layout_weights(plan)
+    sources = emit_package(plan, impls, weights, kobj.workspace_per_thread, board.target.cores,
+                           schedules.dispatchers)
+    (stage / "include").mkdir()
+    (stage / "src").mkdir()
+    for fname, text in sources.files.items():
+        (stage / ("include" if fname.endswith(".h") else "src") / fname).write_text(text)
+    (stage / "src" / "weights.bin").write_bytes(weights.blob)
+    copy_runtime(stage, board.toolchain.platform)
+    (stage / "programs" / "ep_package.h").write_text(_package_glue(name))
+    fw_id = None
+    if mcu:
+        from .mcu.firmware import write_firmware
+
+        fw_id = write_firmware(stage, name, board, mcu, len(plan.inputs) + len(plan.outputs), len(dims))
+    else:
+        write_makefile(stage, name, board, "kernels/kernels.o")
+    plan_json = plan.to_json() | {"workspace_per_thread": kobj.workspace_per_thread,
+                                  "max_threads": board.target.cores}
+    (stage / "plan.json").write_text(_dumps(plan_json))
+    return _Sources(kobj.workspace_per_thread, weights, plan_json, fw_id)
+
+
+def _compile(stage: Path, name: str, mcu):
+    """make (Linux boards, host) or the firmware build (microcontrollers: returns its memory report)."""
+    if mcu:
+        from .mcu.firmware import build_firmware
+
+        return build_firmware(stage, name, mcu)
+    make(stage)
+    return None
+
+
+def _manifest(name: str, model_path: Path, board: Board, mcu, dims, plan, impls, src: _Sources, code_bytes: int,
+              mem, tuning) -> dict:
+    """manifest.json's content, test cases aside (they need the staged package)."""
+    ws = src.workspace_per_thread
+    manifest = {
+        "edgepack_version": __version__,
+        "tvm_version": _tvm_version(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "board": {"name": board.name, "triple": board.target.triple, "cpu": board.target.cpu,
+                  "cores": board.target.cores},
+        "model": {"name": name, "source": model_path.name, "sha256": sha256(model_path)},
+        "dims": [{"name": d.name, "c_name": d.c_name, "min": d.lo, "max": d.hi} for d in dims],
+        "inputs": [_io_json(plan, plan.tensor(t), plan.tensor(t).name) for t in plan.inputs],
+        "outputs": [_io_json(plan, plan.tensor(o.tensor), o.name) for o in plan.outputs],
+        "memory": {"arena_bytes": plan.arena_bytes + ws * board.target.cores,
+                   "tensor_bytes": plan.arena_bytes, "workspace_per_thread": ws,
+                   "weights_bytes": len(src.weights.blob), "code_bytes": code_bytes},
+        "kernels": {k: [v.symbol for v in i.variants] for k, i in impls.items()},
+        "tuned": bool(tuning and tuning["kernels"]),
+        "tuning": tuning,
+        "build_host": platform.node(),
+    }
+    if mcu:
+        from .mcu.firmware import firmware_manifest
+
+        manifest["memory"]["mcu"] = mem.to_json()
+        manifest["firmware"] = firmware_manifest(src.fw_id, mcu)
+    return manifest
 
 
 def _test_cases(stage: Path, manifest: dict, model_path: Path, small: bool) -> int:

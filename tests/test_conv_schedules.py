@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from edgepack.check import check_against_onnxruntime
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.e2e
 
 BATCH = (1, 8)
 TOL = 1e-4

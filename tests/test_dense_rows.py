@@ -23,12 +23,12 @@ from edgepack.schedule.variants import make_variants, matmul_block
 from edgepack.tune.dispatch_tree import TreeDispatcher
 from edgepack.tune.tasks import extract_tasks
 
+pytestmark = pytest.mark.e2e
+
 DIMS = {"batch": (1, 4), "seq": (1, 37), "n": (1, 29)}
 SIZES = [{"batch": 1, "seq": 1, "n": 1}, {"batch": 4, "seq": 37, "n": 29},  # min, max
          {"batch": 3, "seq": 13, "n": 7}, {"batch": 2, "seq": 31, "n": 17}]  # odd, prime
 EXPORTS = Path(__file__).parent / "data" / "exports"
-
-pytestmark = pytest.mark.e2e
 
 
 def _model(path: Path) -> Path:
@@ -140,7 +140,7 @@ def test_c_dispatcher_on_a_row_product_matches_python(tmp_path):
 
 def test_tuned_row_products_match_onnxruntime(model, tmp_path):
     from edgepack.tune.farm import LocalRPC
-    from edgepack.tune.measure import RPCMeasurer
+    from edgepack.tune.rpc_measurer import RPCMeasurer
     from edgepack.tune.tuner import TuneOptions, tune_model
 
     host = load_board("host")

@@ -427,7 +427,8 @@ def test_rpc_path_measured_on_board(hil, tracker, tmp_path):
 
     from edgepack.net import free_port
     from edgepack.errors import RPCUnavailableError
-    from edgepack.tune.measure import MeasureInput, RPCMeasurer
+    from edgepack.tune.measure import MeasureInput
+    from edgepack.tune.rpc_measurer import RPCMeasurer
 
     port = free_port() if hil.standin else int(hil.board.section("rpc").get("port", 9090))
     dev = hil.device()

@@ -16,7 +16,7 @@ import pytest
 from edgepack.check import max_rel_error
 from edgepack.examples import EXAMPLES
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.e2e
 
 HERE = Path(__file__).resolve().parent
 TEMPLATES = HERE.parent / "templates"

@@ -23,7 +23,7 @@ from edgepack.pipeline import build_package, lower_model, prepare
 from edgepack.tune.db import TuningDB
 from edgepack.errors import RPCUnavailableError
 from edgepack.tune.farm import LocalRPC, group_alive
-from edgepack.tune.measure import RPCMeasurer
+from edgepack.tune.rpc_measurer import RPCMeasurer
 from edgepack.tune.tasks import extract_tasks
 from edgepack.tune.tuner import TuneOptions, Tuner, tune_model
 

@@ -7,7 +7,8 @@ import inspect
 import pytest
 
 from edgepack.tune.mcu_trials import McuMeasurer
-from edgepack.tune.measure import Measurer, RPCMeasurer
+from edgepack.tune.measure import Measurer
+from edgepack.tune.rpc_measurer import RPCMeasurer
 
 pytestmark = pytest.mark.unit
 

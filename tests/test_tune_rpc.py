@@ -22,11 +22,11 @@ from tvm import te  # noqa: E402
 from tvm.script import tirx as T  # noqa: E402
 
 from edgepack.board import Timing, load_board  # noqa: E402
-from edgepack.errors import EdgepackError  # noqa: E402
-from edgepack.errors import RPCUnavailableError  # noqa: E402
+from edgepack.errors import EdgepackError, RPCUnavailableError  # noqa: E402
 from edgepack.tune.export import export_kernel  # noqa: E402
 from edgepack.tune.farm import LocalRPC, group_alive  # noqa: E402
-from edgepack.tune.measure import MeasureInput, RPCMeasurer  # noqa: E402
+from edgepack.tune.measure import MeasureInput  # noqa: E402
+from edgepack.tune.rpc_measurer import RPCMeasurer  # noqa: E402
 from edgepack.tune.tracker import tracker_summary  # noqa: E402
 
 K = 256  # matmul K = N
@@ -185,7 +185,7 @@ def test_crashing_candidate(farm, board, matmul_so):
 def test_all_servers_gone(farm, board, matmul_so, caplog):
     for i in range(len(farm.servers)):
         farm.kill_server(i)
-    caplog.set_level(logging.WARNING, logger="edgepack.tune.measure")
+    caplog.set_level(logging.WARNING, logger="edgepack.tune.rpc_measurer")
     t0 = time.monotonic()
     with RPCMeasurer.local(board, farm, wait_s=3) as meas, pytest.raises(RPCUnavailableError) as err:
         meas.measure_batch([mm(matmul_so, 4), mm(matmul_so, 8)])

@@ -11,7 +11,7 @@ from edgepack.pipeline import lower_model, prepare
 from edgepack.schedule.variants import find_row_split, matmul_block
 from edgepack.tune.cost_model import CostModel, Observation
 from edgepack.tune.farm import LocalRPC
-from edgepack.tune.measure import RPCMeasurer
+from edgepack.tune.rpc_measurer import RPCMeasurer
 from edgepack.tune.space import DenseTask, Hardware, best_fit_rows, candidates
 from edgepack.tune.trial import main_variant_input
 

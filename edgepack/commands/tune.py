@@ -58,7 +58,7 @@ def _measurer(a, board, stack) -> Measurer:
     microcontrollers (transport "serial") are measured through their serial protocol instead."""
     from ..errors import EdgepackError
     from ..tune.farm import LocalRPC
-    from ..tune.measure import RPCMeasurer
+    from ..tune.rpc_measurer import RPCMeasurer
 
     if board.transport_kind == "serial":
         return _mcu_measurer(a, board, stack)

@@ -9,7 +9,8 @@ cost_model.py     the shared XGBoost cost model f(k) x a(S, k)
 cover.py          greedy weighted set cover of kernels over sampled shapes
 dispatch_tree.py  the table + decision-tree shape dispatcher, in Python and as C
 trial.py          a configuration as a measurable kernel on one shape
-measure.py        the Measurer protocol, MeasureInput/MeasureResult, and RPCMeasurer (on-device timing over TVM RPC)
+measure.py        the Measurer protocol and MeasureInput/MeasureResult, shared by the two measurers:
+rpc_measurer.py   RPCMeasurer: on-device timing over TVM RPC (Linux boards, this machine)
 mcu_trials.py     McuMeasurer: on-device timing on a microcontroller (a firmware image per batch)
 tracker.py        a client of TVM's RPC tracker (its JSON protocol, no `import tvm`)
 farm.py           LocalRPC: a tracker and RPC servers on loopback, process groups, guardian, watchdog

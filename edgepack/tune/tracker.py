@@ -2,7 +2,7 @@
 magic handshake (`tvm.rpc.base`'s constants, repeated here so that no `import tvm` is needed: seconds).
 
 Why not `tvm.rpc.connect_tracker`: it retries a refused connection for 60 s in 5 s steps, and the tracker's
-REQUEST blocks until a server is free, forever (docs/tvm-facts.md#rpc-traps). The measurer (tune/measure.py)
+REQUEST blocks until a server is free, forever (docs/tvm-facts.md#rpc-traps). The measurer (tune/rpc_measurer.py)
 polls and waits on its own terms instead.
 """
 
