@@ -28,7 +28,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from edgepack.board import load_board
 from edgepack.tune.farm import LocalRPC
-from edgepack.tune.measure import RPCMeasurer
+from edgepack.tune.rpc_measurer import RPCMeasurer
 from edgepack.tune.trial import kernel_name
 from edgepack.tune.tuner import TuneOptions, tune_model
 
