@@ -15,8 +15,10 @@ when edgepack refuses those cases at build (model/op_fixes.py).
 # ConstantOfShape: fails only with a run-time shape input (data-dependent shape); exports' Shape(x) input is folded.
 # CumSum, TopK: axis and k must be constants (initializers, as exporters write them); their node tests feed
 #   them as inputs and all pass with constant args. Both are edgepack's own kernels (model/converters.py).
-# ConvInteger, DynamicQuantizeLinear, MatMulInteger, QLinearConv, QLinearMatMul, QuantizeLinear: quantised
-#   models (issue 14, model/quant.py); QuantizeLinear's float8/4-bit outputs and blocked quantization are refused.
+# ConvInteger, DynamicQuantizeLinear, MatMulInteger, QLinearConv, QLinearMatMul: every node test passes
+#   (quantised models, issue 14, model/quant.py; benchmarks/results/conformance_quant.md).
+# QuantizeLinear: fails only for float8/4-bit/2-bit/float4 outputs and blocked (block_size) quantization, refused
+#   at build; int8/uint8/int16/uint16 pass (edgepack's converter: round half to even on every target).
 # DequantizeLinear: fails for float8/4-bit/2-bit/float4 inputs and blocked (block_size) quantization, rejected at build.
 # Dropout: inference only; training_mode=1 (random values) fails, the optional mask output is refused at build.
 # Einsum: fails only for bfloat16.

@@ -71,6 +71,15 @@ def _c(v: float, dtype: str = "float32"):
     return relax.const(v, dtype)
 
 
+def _elements(x) -> int | None:
+    n = 1
+    for d in x.ty.shape.values:
+        if not isinstance(d, tvm.tirx.IntImm):
+            return None
+        n *= int(d)
+    return n
+
+
 def _along(bb, p, axis: int, ndim: int):
     """A scale or zero point (scalar, or 1-D along `axis`) shaped to broadcast against a rank-ndim tensor."""
     if p is None or _ndim(p) == 0:
@@ -223,7 +232,7 @@ class QLinearMatMul(frontend.OnnxOpConverter):
     @classmethod
     def _impl_v10(cls, bb, inputs, attr, params):
         a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp = inputs[:8]
-        if _ndim(b) != 2 and any(p is not None and _ndim(p) > 0 for p in (b_scale, b_zp)):
+        if _ndim(b) != 2 and any(p is not None and _elements(p) != 1 for p in (b_scale, b_zp)):
             raise ModelError("QLinearMatMul with per-column scales on a batched B is not supported")
         acc = bb.emit(relax.op.matmul(_centered(bb, a, a_zp, 0), _centered(bb, b, b_zp, 1), out_dtype="int32"))
         return _requantize(bb, acc, a_scale, b_scale, y_scale, y_zp, _zp_dtype(y_zp), _ndim(acc) - 1)
