@@ -188,6 +188,7 @@ def test_inspect_says_how_each_quantised_node_runs():
         next(ln for ln in out.splitlines() if ln.strip().startswith("quantised nodes"))) + 1:] if ln.startswith("    ")}
     assert "int32 accumulation" in lines["conv1_quant"]
     assert "float fallback" in lines["residual3_quant"]
+    assert "integer (on the quantised values)" in lines["pool1"]  # MaxPool on uint8
     r = run_cli("inspect", str(QUANT / "block_qdq_pc_s8.onnx"))
     assert r.returncode == 0, r.stderr
     fc1 = next(ln for ln in r.stdout.splitlines() if ln.strip().startswith("fc1 "))

@@ -54,6 +54,11 @@ LOWERINGS: dict[str, Lowering] = {
 QDQ_PATTERNS: dict[str, Lowering] = {}
 
 
+# ops that move or select values without arithmetic: on int8 tensors they run on the integers as they are
+_ON_INTEGERS = frozenset({"MaxPool", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Concat", "Slice",
+                          "Gather", "Split", "Identity", "GlobalMaxPool", "Pad", "Expand", "Tile"})
+
+
 @dataclass(frozen=True)
 class NodeReport:
     node: str  # the model's node name (or #index)
@@ -71,11 +76,18 @@ def node_report(model: onnx.ModelProto) -> list[NodeReport]:
         for i in n.input:
             consumers.setdefault(i, []).append(n)
     out = []
+    quantised: set[str] = set()  # int8/uint8 tensors: quantised outputs and data movement on them
     for k, n in enumerate(g.node):
         name = n.name or f"#{k}"
         op = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op_type}"
         if n.op_type in LOWERINGS and n.domain in ("", "ai.onnx", MS_DOMAIN):
+            if n.op_type not in ("DequantizeLinear", "MatMulInteger", "ConvInteger"):
+                quantised.update(n.output[:1])
             out.append(NodeReport(name, op, LOWERINGS[n.op_type]))
+            continue
+        if n.op_type in _ON_INTEGERS and n.input and n.input[0] in quantised:
+            quantised.update(n.output[:1])
+            out.append(NodeReport(name, op, Lowering(INTEGER, "on the quantised values")))
             continue
         fed = any(getattr(producer.get(i), "op_type", None) == "DequantizeLinear" for i in n.input)
         feeds = any(c.op_type == "QuantizeLinear" for o in n.output for c in consumers.get(o, []))
