@@ -3,7 +3,8 @@
     python scripts/make_quant_examples.py
 
 Two float models (seeded random weights), built with onnx.helper:
-  convnet: x[batch, 3, 12, 12] -> Conv 3x3 -> Relu -> MaxPool 2 -> Conv 3x3 -> LeakyRelu -> Conv 1x1 -> Sigmoid
+  convnet: x[batch, 3, 12, 12] -> Conv 3x3 -> Relu -> MaxPool 2 -> depthwise Conv 3x3 (DS-CNN style) -> Conv 3x3
+           -> LeakyRelu -> Conv 1x1 -> Sigmoid
            gate (Mul) + residual Add -> GlobalAveragePool -> Flatten -> Gemm -> y[batch, 10]
   block:   x[batch, seq, 32] -> MatMul + bias -> Gelu (erf form) -> MatMul + bias -> residual Add -> Mul -> y
 and their quantised forms (tests/test_quant_import.py builds each and compares with onnxruntime):
@@ -41,13 +42,16 @@ def convnet() -> onnx.ModelProto:
     rng = np.random.default_rng(1)
     inits = [_w(rng, "c1_w", 8, 3, 3, 3), _w(rng, "c1_b", 8, scale=0.1), _w(rng, "c2_w", 8, 8, 3, 3),
              _w(rng, "c2_b", 8, scale=0.1), _w(rng, "c3_w", 8, 8, 1, 1), _w(rng, "c3_b", 8, scale=0.1),
+             _w(rng, "dw_w", 8, 1, 3, 3), _w(rng, "dw_b", 8, scale=0.1),
              _w(rng, "fc_w", 10, 8), _w(rng, "fc_b", 10, scale=0.1)]
     mk = helper.make_node
     nodes = [
         mk("Conv", ["x", "c1_w", "c1_b"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
         mk("Relu", ["c1"], ["r1"], name="relu1"),
         mk("MaxPool", ["r1"], ["p1"], name="pool1", kernel_shape=[2, 2], strides=[2, 2]),
-        mk("Conv", ["p1", "c2_w", "c2_b"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+        mk("Conv", ["p1", "dw_w", "dw_b"], ["dw"], name="depthwise", pads=[1, 1, 1, 1], group=8),
+        mk("Relu", ["dw"], ["dwr"], name="relu_dw"),
+        mk("Conv", ["dwr", "c2_w", "c2_b"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
         mk("LeakyRelu", ["c2"], ["l2"], name="leaky2", alpha=0.1),
         mk("Conv", ["l2", "c3_w", "c3_b"], ["c3"], name="conv3"),
         mk("Sigmoid", ["c3"], ["s3"], name="sigmoid3"),

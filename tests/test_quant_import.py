@@ -1,8 +1,8 @@
 """Quantised models (issue 14, step 1): onnxruntime's quantiser output builds and matches onnxruntime within
 1 LSB of the output scale at several dynamic sizes.
 
-Models: tests/data/exports/quant/ (scripts/make_quant_examples.py): a conv net (Conv, Relu, MaxPool, LeakyRelu,
-Sigmoid gate, residual Add, GlobalAveragePool, Gemm; dim batch) and a transformer-like block (MatMul + bias,
+Models: tests/data/exports/quant/ (scripts/make_quant_examples.py): a conv net (Conv, depthwise Conv, Relu, MaxPool,
+LeakyRelu, Sigmoid gate, residual Add, GlobalAveragePool, Gemm; dim batch) and a transformer-like block (MatMul + bias,
 erf GELU, residual, layer scale; dims batch x seq), each as QDQ (per tensor and per channel, int8 and uint8,
 symmetric and asymmetric), QOperator (uint8 and int8) and quantize_dynamic. The reference is
 edgepack.check's onnxruntime session (op by op; exact u8 x u8 integer GEMMs, see there).
@@ -98,6 +98,9 @@ def test_formats_hold_the_ops_they_stand_for():
     assert "QLinearMatMul" in ops["block_qop_s8"]
     assert {"DynamicQuantizeLinear", "MatMulInteger"} <= ops["block_dyn"]
     assert "ConvInteger" in ops["convnet_dyn"]
+    groups = [a.i for n in onnx.load(str(QUANT / "convnet_qop_s8.onnx")).graph.node if n.op_type == "QLinearConv"
+              for a in n.attribute if a.name == "group"]
+    assert groups == [8], "the conv net's depthwise layer (DS-CNN style) is quantised too"
 
 
 @pytest.mark.slow
