@@ -87,7 +87,8 @@ def _cmd_inspect(a: argparse.Namespace) -> int:
     from collections import Counter
 
     from .model import onnx_load
-    from .model.ops import SUPPORTED_OPS
+    from .model.ops import is_supported
+    from .model.quant_report import node_report, summary
 
     model = onnx_load.load_onnx(a.model)
     print(f"{a.model}: opset {max((o.version for o in model.opset_import if o.domain in ('', 'ai.onnx')), default='?')}, "
@@ -98,10 +99,17 @@ def _cmd_inspect(a: argparse.Namespace) -> int:
     dyn = onnx_load.dynamic_dim_names(model)
     print(f"  dynamic dims: {', '.join(dyn) if dyn else 'none'}" + (
         f"  (build with {' '.join(f'--dim {d}=MIN:MAX' for d in dyn)})" if dyn else ""))
-    counts = Counter(n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op_type}" for n in model.graph.node)
+    counts = Counter((n.domain, n.op_type) for n in model.graph.node)
     print("  operators:")
-    for op, n in sorted(counts.items()):
-        print(f"    {op:28} x{n:<4} {'supported' if op in SUPPORTED_OPS else 'NOT SUPPORTED'}")
+    for (domain, op), n in sorted(counts.items(), key=lambda kv: (kv[0][0] not in ("", "ai.onnx"), kv[0])):
+        shown = op if domain in ("", "ai.onnx") else f"{domain}::{op}"
+        print(f"    {shown:40} x{n:<4} {'supported' if is_supported(domain, op) else 'NOT SUPPORTED'}")
+    quant = node_report(model)
+    if quant:  # a quantised model: how each quantised node runs
+        kinds = ", ".join(f"{k} {v}" for k, v in summary(quant).items())
+        print(f"  quantised nodes ({kinds}):")
+        for r in quant:
+            print(f"    {r.node:28} {r.op:40} {r.lowering}")
     bad = onnx_load.unsupported_ops(model)
     print(f"  {'all operators are supported' if not bad else f'{len(bad)} node(s) use unsupported operators'}")
     return 0

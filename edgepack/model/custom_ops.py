@@ -1,4 +1,4 @@
-"""edgepack's own ONNX converters (model/converters.py, model/recurrent.py), added to TVM's Relax ONNX
+"""edgepack's own ONNX converters (model/converters.py, model/recurrent.py, model/quant.py), added to TVM's Relax ONNX
 frontend while a model is imported. TVM's files stay as they are: the frontend looks its converter map up
 through the module function `_get_convert_map` on every use, which `registered()` wraps."""
 
@@ -8,6 +8,7 @@ import contextlib
 
 from tvm.relax.frontend.onnx import onnx_frontend as frontend
 
+from . import quant
 from .converters import CumSum, TopK
 from .recurrent import GRU, LSTM
 
@@ -24,4 +25,4 @@ def registered():
 
 
 def _converters() -> dict:
-    return {"CumSum": CumSum, "TopK": TopK, "LSTM": LSTM, "GRU": GRU}
+    return {"CumSum": CumSum, "TopK": TopK, "LSTM": LSTM, "GRU": GRU, **quant.converters()}

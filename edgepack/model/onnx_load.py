@@ -11,7 +11,7 @@ import onnx
 from onnx import helper
 
 from ..errors import DimError, ModelError, UnsupportedOpsError
-from .ops import SUPPORTED_OPS
+from .ops import MS_DOMAIN, SUPPORTED_MS_OPS, SUPPORTED_OPS
 from .names import dim_c_name
 from .plan import DimRange
 
@@ -172,7 +172,8 @@ def unsupported_ops(model: onnx.ModelProto) -> list[tuple[str, str]]:
         name = node.name or f"#{i}"
         if domain_ok and node.op_type in DATA_DEPENDENT_OPS:
             bad.append((f"{node.op_type} with a data-dependent output shape", name))
-        elif not domain_ok or node.op_type not in SUPPORTED_OPS:
+        elif not (node.op_type in SUPPORTED_OPS if domain_ok else
+                  node.domain == MS_DOMAIN and node.op_type in SUPPORTED_MS_OPS):
             op = node.op_type if domain_ok else f"{node.domain}::{node.op_type}"
             bad.append((op, name))
         elif node.op_type in FIRST_OUTPUT_ONLY and any(node.output[1:]):

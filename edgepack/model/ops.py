@@ -15,6 +15,10 @@ when edgepack refuses those cases at build (model/op_fixes.py).
 # ConstantOfShape: fails only with a run-time shape input (data-dependent shape); exports' Shape(x) input is folded.
 # CumSum, TopK: axis and k must be constants (initializers, as exporters write them); their node tests feed
 #   them as inputs and all pass with constant args. Both are edgepack's own kernels (model/converters.py).
+# ConvInteger, DynamicQuantizeLinear, MatMulInteger, QLinearConv, QLinearMatMul: every node test passes
+#   (quantised models, issue 14, model/quant.py; benchmarks/results/conformance_quant.md).
+# QuantizeLinear: fails only for float8/4-bit/2-bit/float4 outputs and blocked (block_size) quantization, refused
+#   at build; int8/uint8/int16/uint16 pass (edgepack's converter: round half to even on every target).
 # DequantizeLinear: fails for float8/4-bit/2-bit/float4 inputs and blocked (block_size) quantization, rejected at build.
 # Dropout: inference only; training_mode=1 (random values) fails, the optional mask output is refused at build.
 # Einsum: fails only for bfloat16.
@@ -36,11 +40,24 @@ when edgepack refuses those cases at build (model/op_fixes.py).
 SUPPORTED_OPS: frozenset[str] = frozenset(
     """
     Abs Add And ArgMax AveragePool BatchNormalization Cast Ceil Clip Concat Constant ConstantOfShape Conv
-    ConvTranspose Cos CumSum DequantizeLinear Div Dropout Einsum Elu Equal Erf Exp Expand Flatten Floor Gather
-    GatherND Gelu Gemm GlobalAveragePool GlobalMaxPool Greater GreaterOrEqual GroupNormalization GRU HardSigmoid
-    HardSwish Identity InstanceNormalization IsInf IsNaN LayerNormalization LeakyRelu Less LessOrEqual Log LSTM
-    LogSoftmax MatMul Max MaxPool Mean Min Mod Mul Neg Not Or Pad Pow PRelu Range Reciprocal ReduceL2
-    ReduceLogSumExp ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum Relu Reshape Resize ScatterND Shape Sigmoid
-    Sign Sin Slice Softmax Softplus Split Sqrt Squeeze Sub Sum Tanh Tile TopK Transpose Trilu Unsqueeze Where Xor
+    ConvInteger ConvTranspose Cos CumSum DequantizeLinear Div Dropout DynamicQuantizeLinear Einsum Elu Equal Erf
+    Exp Expand Flatten Floor Gather GatherND Gelu Gemm GlobalAveragePool GlobalMaxPool Greater GreaterOrEqual
+    GroupNormalization GRU HardSigmoid HardSwish Identity InstanceNormalization IsInf IsNaN LayerNormalization
+    LeakyRelu Less LessOrEqual Log LogSoftmax LSTM MatMul MatMulInteger Max MaxPool Mean Min Mod Mul Neg Not Or
+    Pad Pow PRelu QLinearConv QLinearMatMul QuantizeLinear Range Reciprocal ReduceL2 ReduceLogSumExp ReduceMax
+    ReduceMean ReduceMin ReduceProd ReduceSum Relu Reshape Resize ScatterND Shape Sigmoid Sign Sin Slice Softmax
+    Softplus Split Sqrt Squeeze Sub Sum Tanh Tile TopK Transpose Trilu Unsqueeze Where Xor
     """.split()
 )
+
+# onnxruntime's contrib operators (domain com.microsoft) that its quantiser writes in QOperator models
+# (model/quant.py); checked against onnxruntime in tests/test_quant_import.py (no ONNX node tests exist).
+MS_DOMAIN = "com.microsoft"
+SUPPORTED_MS_OPS: frozenset[str] = frozenset(
+    "QGemm QLinearAdd QLinearGlobalAveragePool QLinearLeakyRelu QLinearMul QLinearSigmoid".split())
+
+
+def is_supported(domain: str, op_type: str) -> bool:
+    if domain in ("", "ai.onnx"):
+        return op_type in SUPPORTED_OPS
+    return domain == MS_DOMAIN and op_type in SUPPORTED_MS_OPS

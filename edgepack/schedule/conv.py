@@ -193,9 +193,12 @@ def _vectorize_epilogue(sch: s_tir.Schedule, blk) -> None:
 
 
 def _consumers_deep(sch: s_tir.Schedule, blk) -> list:
-    out, frontier = [], list(sch.get_consumers(blk))
+    out, seen, frontier = [], set(), list(sch.get_consumers(blk))
     while frontier:
         c = frontier.pop(0)
+        if sch.get(c).name_hint in seen:  # epilogues are DAGs (x - floor(x)): each block once
+            continue
+        seen.add(sch.get(c).name_hint)
         out.append(c)
         frontier.extend(sch.get_consumers(c))
     return out

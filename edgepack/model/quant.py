@@ -1,0 +1,375 @@
+"""Quantised ONNX models (issue 14, step 1): edgepack's converters for the quantised operators, and what
+`edgepack inspect` reports about each quantised node.
+
+Formats: QDQ (QuantizeLinear / DequantizeLinear around float ops, onnxruntime's `quantize_static` default),
+QOperator (QLinearConv, QLinearMatMul, and onnxruntime's com.microsoft QLinearAdd, QLinearMul, QGemm,
+QLinearGlobalAveragePool, QLinearSigmoid, QLinearLeakyRelu), MatMulInteger / ConvInteger and
+DynamicQuantizeLinear (`quantize_dynamic`).
+
+Numerics, chosen to match onnxruntime's CPU kernels (tests/test_quant_import.py: within 1 LSB):
+- Rounding is ONNX's: half to even, then saturation to the integer type. It is written here as Relax
+  arithmetic (floor, compare, select), so it is the same on every target: TVM lowers `round` to llvm's
+  nearbyint for LLVM objects but to C `round` (half away from zero) in C source (Cortex-M).
+- QLinearConv, QLinearMatMul, QGemm, MatMulInteger, ConvInteger accumulate in int32, exactly as onnxruntime
+  does; the requantisation multiplier is x_scale * w_scale / y_scale in float32 (onnxruntime's order), applied
+  to the int32 accumulator in float32, rounded half to even, plus the output zero point, saturated.
+- The element-wise QOperator ops (QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu) run in float:
+  dequantize -> float op -> quantize. QLinearGlobalAveragePool sums in int32.
+- QDQ models: TVM's DequantizeLinear (float32 (x - zp) * scale) and edgepack's QuantizeLinear; the float
+  op between them runs in float, as onnxruntime runs it with graph optimisations off.
+
+How each node runs is reported by model/quant_report.py (`edgepack inspect`).
+"""
+
+from __future__ import annotations
+
+
+import numpy as np
+import onnx
+import tvm
+from tvm import relax
+from tvm.relax.frontend.onnx import onnx_frontend as frontend
+
+from ..errors import ModelError
+
+# -- Relax helpers ----------------------------------------------------------------------------------------
+
+_LIMITS = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "uint16": (0, 65535)}
+
+
+def _dtype(x: relax.Expr) -> str:
+    return str(x.ty.dtype)
+
+
+def _ndim(x: relax.Expr) -> int:
+    return len(x.ty.shape.values)
+
+
+def _value(x):
+    """The numpy value of a constant operand (scales and zero points usually are), else None."""
+    if isinstance(x, tvm.ir.GenericConst):
+        return x.value.numpy()
+    return None
+
+
+def _cast(bb, x, dtype: str):
+    if _dtype(x) == dtype:
+        return x
+    v = _value(x)  # constants are cast here: a scalar cast left in a fused conv breaks its schedule
+    return relax.const(v.astype(dtype), dtype) if v is not None else bb.emit(relax.op.astype(x, dtype))
+
+
+def _f32(bb, x):
+    return _cast(bb, x, "float32")
+
+
+def _i32(bb, x):
+    return _cast(bb, x, "int32")
+
+
+def _c(v: float, dtype: str = "float32"):
+    return relax.const(v, dtype)
+
+
+def _elements(x) -> int | None:
+    n = 1
+    for d in x.ty.shape.values:
+        if not isinstance(d, tvm.tirx.IntImm):
+            return None
+        n *= int(d)
+    return n
+
+
+def _along(bb, p, axis: int, ndim: int):
+    """A scale or zero point (scalar, or 1-D along `axis`) shaped to broadcast against a rank-ndim tensor."""
+    if p is None or _ndim(p) == 0:
+        return p
+    if _ndim(p) != 1:
+        raise ModelError(f"a quantisation parameter of rank {_ndim(p)} is not supported (blocked quantisation); "
+                         "use per-tensor or per-axis scales")
+    if ndim <= 1:
+        return p
+    shape = [-1] + [1] * (ndim - 1 - axis)
+    v = _value(p)
+    return relax.const(v.reshape(shape), _dtype(p)) if v is not None else bb.emit(relax.op.reshape(p, shape))
+
+
+def round_half_even(bb, v):
+    """ONNX's rounding of float32 `v`, from floor and compares (the same on every target)."""
+    f = bb.emit(relax.op.floor(v))
+    d = bb.emit(relax.op.subtract(v, f))
+    half = _c(0.5)
+    odd = relax.op.subtract(f, relax.op.multiply(_c(2.0), relax.op.floor(relax.op.multiply(f, half))))
+    tie = bb.emit(relax.op.add(f, odd))
+    up = bb.emit(relax.op.add(f, _c(1.0)))
+    return bb.emit(relax.op.where(relax.op.greater(d, half), up, relax.op.where(relax.op.less(d, half), f, tie)))
+
+
+def saturate(bb, v, zp, dtype: str):
+    """round_half_even(v) + zp, saturated to `dtype` (v: the value divided by its scale, float32)."""
+    if dtype not in _LIMITS:
+        raise ModelError(f"quantisation to {dtype} is not supported (int8, uint8, int16 and uint16 are)")
+    r = round_half_even(bb, v)
+    if zp is not None and not (_value(zp) is not None and not _value(zp).any()):  # a zero zp adds nothing
+        r = bb.emit(relax.op.add(r, _f32(bb, zp)))
+    lo, hi = _LIMITS[dtype]
+    r = bb.emit(relax.op.minimum(relax.op.maximum(r, _c(float(lo))), _c(float(hi))))
+    return bb.emit(relax.op.astype(r, dtype))
+
+
+def dequantize(bb, x, scale, zp, axis: int = 1):
+    """float32 (x - zp) * scale, per tensor or along `axis`."""
+    nd = _ndim(x)
+    axis = axis % nd if nd else 0
+    xi = _i32(bb, x)
+    if zp is not None:
+        xi = bb.emit(relax.op.subtract(xi, _i32(bb, _along(bb, zp, axis, nd))))
+    return bb.emit(relax.op.multiply(_f32(bb, xi), _f32(bb, _along(bb, scale, axis, nd))))
+
+
+def quantize(bb, x, scale, zp, dtype: str, axis: int = 1):
+    nd = _ndim(x)
+    axis = axis % nd if nd else 0
+    v = bb.emit(relax.op.divide(_f32(bb, x), _f32(bb, _along(bb, scale, axis, nd))))
+    return saturate(bb, v, _along(bb, zp, axis, nd), dtype)
+
+
+def _opt(inputs, i):
+    return inputs[i] if len(inputs) > i and inputs[i] is not None else None
+
+
+def _zp_dtype(zp, default: str = "uint8") -> str:
+    return _dtype(zp) if zp is not None else default
+
+
+def _centered(bb, x, zp, axis: int):
+    """int32 (x - zp): the integer operand of an int32-accumulating op."""
+    xi = _i32(bb, x)
+    if zp is None or (_value(zp) is not None and not _value(zp).any()):
+        return xi
+    return bb.emit(relax.op.subtract(xi, _i32(bb, _along(bb, zp, axis, _ndim(x)))))
+
+
+def _requantize(bb, acc, x_scale, w_scale, y_scale, y_zp, dtype: str, axis: int, alpha: float = 1.0):
+    """int32 accumulator -> quantised output: float32(acc) * (x_scale * w_scale / y_scale), as onnxruntime."""
+    nd = _ndim(acc)
+    xs, ws, ys = (_value(_f32(bb, s)) for s in (x_scale, w_scale, y_scale))
+    if xs is not None and ws is not None and ys is not None:  # float32 arithmetic, in onnxruntime's order
+        m = (np.float32(alpha) * xs * ws if alpha != 1.0 else xs * ws) / ys
+        mult = relax.const(m.astype(np.float32), "float32")
+    else:
+        mult = relax.op.multiply(_f32(bb, x_scale), _f32(bb, w_scale))
+        if alpha != 1.0:
+            mult = relax.op.multiply(_c(alpha), mult)
+        mult = bb.emit(relax.op.divide(mult, _f32(bb, y_scale)))
+    v = bb.emit(relax.op.multiply(_f32(bb, acc), _along(bb, mult, axis, nd)))
+    return saturate(bb, v, y_zp, dtype)
+
+
+# -- converters -------------------------------------------------------------------------------------------
+
+def _axis_attr(attr, x) -> int:
+    axis = attr.get("axis", 1)
+    nd = _ndim(x)
+    if nd <= 1 and axis == 1:
+        return 0
+    return axis % nd if nd else 0
+
+
+class QuantizeLinear(frontend.OnnxOpConverter):
+    @classmethod
+    def _impl_v10(cls, bb, inputs, attr, params):
+        if attr.get("block_size", 0):
+            raise ModelError("QuantizeLinear with block_size (blocked quantisation) is not supported")
+        x, scale, zp = inputs[0], inputs[1], _opt(inputs, 2)
+        out = attr.get("output_dtype", 0)
+        dtype = _zp_dtype(zp, onnx.helper.tensor_dtype_to_np_dtype(out).name if out else "uint8")
+        return quantize(bb, x, scale, zp, dtype, _axis_attr(attr, x))
+
+
+class DynamicQuantizeLinear(frontend.OnnxOpConverter):
+    """ONNX's definition (and onnxruntime's): the range [min(x, 0), max(x, 0)] onto uint8; scale 1/255 when
+    that range is empty."""
+
+    @classmethod
+    def _impl_v11(cls, bb, inputs, attr, params):
+        x = _f32(bb, inputs[0])
+        hi = bb.emit(relax.op.maximum(_c(0.0), relax.op.max(x)))
+        lo = bb.emit(relax.op.minimum(_c(0.0), relax.op.min(x)))
+        span = relax.op.where(relax.op.equal(hi, lo), _c(1.0), relax.op.subtract(hi, lo))
+        scale = bb.emit(relax.op.divide(span, _c(255.0)))
+        zp0 = bb.emit(relax.op.subtract(_c(0.0), relax.op.divide(lo, scale)))
+        zp0 = bb.emit(relax.op.minimum(relax.op.maximum(zp0, _c(0.0)), _c(255.0)))
+        zp = bb.emit(relax.op.astype(round_half_even(bb, zp0), "uint8"))
+        y = quantize(bb, x, scale, zp, "uint8", 0)
+        return relax.Tuple([y, scale, zp])
+
+
+def _conv(bb, x, w, attr, params):
+    """TVM's Conv converter on already-prepared operands (int32 or float32), no bias."""
+    return bb.emit(frontend.Conv._impl_v11(bb, [x, w, None], dict(attr), params))
+
+
+class ConvInteger(frontend.OnnxOpConverter):
+    @classmethod
+    def _impl_v10(cls, bb, inputs, attr, params):
+        x, w, x_zp, w_zp = inputs[0], inputs[1], _opt(inputs, 2), _opt(inputs, 3)
+        return _conv(bb, _centered(bb, x, x_zp, 1), _centered(bb, w, w_zp, 0), attr, params)
+
+
+class QLinearConv(frontend.OnnxOpConverter):
+    @classmethod
+    def _impl_v10(cls, bb, inputs, attr, params):
+        x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp = inputs[:8]
+        bias = _opt(inputs, 8)
+        acc = _conv(bb, _centered(bb, x, x_zp, 1), _centered(bb, w, w_zp, 0), attr, params)
+        if bias is not None:
+            acc = bb.emit(relax.op.add(acc, _along(bb, _i32(bb, bias), 1, _ndim(acc))))
+        return _requantize(bb, acc, x_scale, w_scale, y_scale, y_zp, _zp_dtype(y_zp), 1)
+
+
+class QLinearMatMul(frontend.OnnxOpConverter):
+    @classmethod
+    def _impl_v10(cls, bb, inputs, attr, params):
+        a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp = inputs[:8]
+        if _ndim(b) != 2 and any(p is not None and _elements(p) != 1 for p in (b_scale, b_zp)):
+            raise ModelError("QLinearMatMul with per-column scales on a batched B is not supported")
+        acc = bb.emit(relax.op.matmul(_centered(bb, a, a_zp, 0), _centered(bb, b, b_zp, 1), out_dtype="int32"))
+        return _requantize(bb, acc, a_scale, b_scale, y_scale, y_zp, _zp_dtype(y_zp), _ndim(acc) - 1)
+
+
+class QGemm(frontend.OnnxOpConverter):
+    """com.microsoft QGemm: Y = alpha * (A' - a_zp)(B' - b_zp) + C (C int32, scale a_scale * b_scale),
+    quantised by y_scale / y_zero_point, or float32 when y_scale is absent."""
+
+    @classmethod
+    def _impl_v1(cls, bb, inputs, attr, params):
+        a, a_scale, a_zp, b, b_scale, b_zp = inputs[:6]
+        c, y_scale, y_zp = _opt(inputs, 6), _opt(inputs, 7), _opt(inputs, 8)
+        alpha = float(attr.get("alpha", 1.0))
+        ta, tb = attr.get("transA", 0), attr.get("transB", 0)
+        ai = _centered(bb, a, a_zp, 0)
+        bi = _centered(bb, b, b_zp, 0 if tb else 1)  # b_zp follows B's output columns
+        if ta:
+            ai = bb.emit(relax.op.permute_dims(ai, [1, 0]))
+        if tb:
+            bi = bb.emit(relax.op.permute_dims(bi, [1, 0]))
+        acc = bb.emit(relax.op.matmul(ai, bi, out_dtype="int32"))
+        if c is not None:
+            acc = bb.emit(relax.op.add(acc, _i32(bb, c)))
+        if y_scale is None:
+            mult = bb.emit(relax.op.multiply(_c(alpha), relax.op.multiply(_f32(bb, a_scale), _f32(bb, b_scale))))
+            return bb.emit(relax.op.multiply(_f32(bb, acc), _along(bb, mult, 1, 2)))
+        return _requantize(bb, acc, a_scale, b_scale, y_scale, y_zp, _zp_dtype(y_zp), 1, alpha)
+
+
+class _Binary(frontend.OnnxOpConverter):
+    op = None
+
+    @classmethod
+    def _impl_v1(cls, bb, inputs, attr, params):
+        a, a_scale, a_zp, b, b_scale, b_zp, c_scale = inputs[:7]
+        c_zp = _opt(inputs, 7)
+        fa, fb = dequantize(bb, a, a_scale, a_zp), dequantize(bb, b, b_scale, b_zp)
+        y = bb.emit(cls.op(fa, fb))
+        return quantize(bb, y, c_scale, c_zp, _zp_dtype(c_zp))
+
+
+class QLinearAdd(_Binary):
+    op = staticmethod(relax.op.add)
+
+
+class QLinearMul(_Binary):
+    op = staticmethod(relax.op.multiply)
+
+
+class _Unary(frontend.OnnxOpConverter):
+    @classmethod
+    def _f(cls, x, attr):
+        raise NotImplementedError
+
+    @classmethod
+    def _impl_v1(cls, bb, inputs, attr, params):
+        x, x_scale, x_zp, y_scale = inputs[:4]
+        y_zp = _opt(inputs, 4)
+        y = bb.emit(cls._f(dequantize(bb, x, x_scale, x_zp), attr))
+        return quantize(bb, y, y_scale, y_zp, _zp_dtype(y_zp))
+
+
+class QLinearSigmoid(_Unary):
+    @classmethod
+    def _f(cls, x, attr):
+        return relax.op.sigmoid(x)
+
+
+class QLinearLeakyRelu(_Unary):
+    @classmethod
+    def _f(cls, x, attr):
+        alpha = float(attr.get("alpha", 0.01))
+        return relax.op.where(relax.op.less(x, _c(0.0)), relax.op.multiply(x, _c(alpha)), x)
+
+
+class QLinearGlobalAveragePool(frontend.OnnxOpConverter):
+    @classmethod
+    def _impl_v1(cls, bb, inputs, attr, params):
+        x, x_scale, x_zp, y_scale = inputs[:4]
+        y_zp = _opt(inputs, 4)
+        nd = _ndim(x)
+        last = bool(attr.get("channels_last", 0))
+        axes = list(range(1, nd - 1)) if last else list(range(2, nd))
+        shape = x.ty.shape.values
+        n = 1
+        for a in axes:
+            if not hasattr(shape[a], "value"):
+                raise ModelError("QLinearGlobalAveragePool over a dynamic spatial size is not supported")
+            n *= int(shape[a].value)
+        acc = bb.emit(relax.op.sum(_centered(bb, x, x_zp, 0), axis=axes, keepdims=True))
+        # onnxruntime: x_scale / (y_scale * image size), applied to the int32 sum
+        mult = bb.emit(relax.op.divide(_f32(bb, x_scale), relax.op.multiply(_f32(bb, y_scale), _c(float(n)))))
+        v = bb.emit(relax.op.multiply(_f32(bb, acc), mult))
+        return saturate(bb, v, y_zp, _zp_dtype(y_zp))
+
+
+def converters() -> dict:
+    """Added to (and, for QuantizeLinear and DynamicQuantizeLinear, replacing) TVM's converter map."""
+    return {c.__name__: c for c in (QuantizeLinear, DynamicQuantizeLinear, ConvInteger, QLinearConv,
+                                    QLinearMatMul, QGemm, QLinearAdd, QLinearMul, QLinearSigmoid,
+                                    QLinearLeakyRelu, QLinearGlobalAveragePool)}
+
+
+# -- ONNX rewrite before import -----------------------------------------------------------------------------
+
+# inputs that are scales and zero points, per quantised op (bias and weights stay initializers)
+_QPARAMS = {"QuantizeLinear": (1, 2), "DequantizeLinear": (1, 2), "MatMulInteger": (2, 3), "ConvInteger": (2, 3),
+            "QLinearConv": (1, 2, 4, 5, 6, 7), "QLinearMatMul": (1, 2, 4, 5, 6, 7), "QGemm": (1, 2, 4, 5, 7, 8),
+            "QLinearAdd": (1, 2, 4, 5, 6, 7), "QLinearMul": (1, 2, 4, 5, 6, 7), "QLinearSigmoid": (1, 2, 3, 4),
+            "QLinearLeakyRelu": (1, 2, 3, 4), "QLinearGlobalAveragePool": (1, 2, 3, 4)}
+_QPARAM_MAX = 4096  # elements: per-channel scales of any real layer
+
+
+def constant_qparams(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Scales and zero points that are initializers become Constant nodes (Relax constants): TVM would keep
+    them as run-time function inputs, and the requantisation multiplier is then computed at build time."""
+    from onnx import numpy_helper
+
+    g = model.graph
+    inits = {t.name: t for t in g.initializer}
+    graph_inputs = {i.name for i in g.input}
+    wanted = {n.input[i] for n in g.node if n.op_type in _QPARAMS for i in _QPARAMS[n.op_type] if i < len(n.input)}
+    move = [inits[w] for w in sorted(wanted) if w in inits and w not in graph_inputs
+            and int(np.prod(inits[w].dims)) <= _QPARAM_MAX]
+    if not move:
+        return model
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    g = m.graph
+    names = {t.name for t in move}
+    keep = [t for t in g.initializer if t.name not in names]
+    consts = [onnx.helper.make_node("Constant", [], [t.name], name=f"{t.name}_qparam",
+                                    value=numpy_helper.from_array(numpy_helper.to_array(t), t.name)) for t in move]
+    del g.initializer[:]
+    g.initializer.extend(keep)
+    nodes = consts + list(g.node)
+    del g.node[:]
+    g.node.extend(nodes)
+    return m
