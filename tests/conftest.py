@@ -57,6 +57,16 @@ def sizes_for(lo: int, hi: int) -> list[int]:
     return sorted(set(out))
 
 
+def assert_predicate_free_split(impl) -> None:
+    """A split dense kernel: a row-tiled main variant and a row-1 edge, both vectorized with no T.where."""
+    main, edge = impl.variants
+    assert main.tile > 1 and main.extra_scalar
+    for v in (main, edge):
+        text = v.func.script()
+        assert "T.where" not in text, f"{v.symbol} has a bounds-check predicate"
+        assert "T.vectorized" in text
+
+
 def have(tool: str) -> bool:
     return shutil.which(tool) is not None
 

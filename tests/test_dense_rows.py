@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from conftest import assert_predicate_free_split
 from onnx import TensorProto, helper, numpy_helper
 
 from edgepack.board import load_board
@@ -76,13 +77,8 @@ def test_every_dense_layer_is_split_predicate_free(lowered):
     for name, func in dense.items():
         impl = make_variants(name, func, sched)
         assert impl.split is not None, f"{name} was not split"
-        main, edge = impl.variants
-        assert main.tile > 1 and main.extra_scalar
-        for v in (main, edge):
-            text = v.func.script()
-            assert "T.where" not in text, f"{v.symbol} has a bounds-check predicate"
-            assert "T.vectorized" in text
-            assert len(v.func.params[0].shape) == 2  # rows flattened: [rows, K]
+        assert_predicate_free_split(impl)
+        assert all(len(v.func.params[0].shape) == 2 for v in impl.variants)  # rows flattened: [rows, K]
 
 
 def test_package_matches_onnxruntime_with_row_products(model, tmp_path):

@@ -6,6 +6,7 @@ import json
 
 import pytest
 import tvm
+from conftest import assert_predicate_free_split
 from tvm import s_tir
 
 from edgepack.board import load_board
@@ -77,12 +78,7 @@ def test_dense_kernels_get_predicate_free_variants(encoder_lowered):
     split = [s for s in split if s.split]
     assert len(split) >= 4  # q, k, v, out projection, ffn1, ffn2 (some fused together)
     for impl in split:
-        main, edge = impl.variants
-        assert main.tile > 1 and main.extra_scalar
-        for v in (main, edge):
-            text = v.func.script()
-            assert "T.where" not in text, f"{v.symbol} has a bounds-check predicate"
-            assert "T.vectorized" in text
+        assert_predicate_free_split(impl)
 
 
 def test_naive_symbolic_tiling_would_carry_a_predicate(encoder_lowered):

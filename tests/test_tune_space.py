@@ -19,6 +19,7 @@ AVX2 = Hardware(lanes=8, registers=16, cores=2)
 def test_space_respects_hardware_limits():
     task = DenseTask("qkv", n=64, k=64, lo=1, hi=256)
     space = candidates(task, AVX2)
+    default = DenseTiles.for_width(task.n, AVX2.lanes, AVX2.registers)
     assert len(space) >= 20
     for t in space:
         assert task.n % t.cols == 0 and t.cols % AVX2.lanes == 0
@@ -26,7 +27,8 @@ def test_space_respects_hardware_limits():
         assert task.k % t.unroll_k == 0
     assert len(set(space)) == len(space)
     small = [t for t in space if t.par_cols]
-    assert small and all(t.rows <= 4 for t in small)  # the GEMV-like family exists, for small M only
+    assert small and all(t.rows <= 4 for t in small if t != default)  # the GEMV-like family: small M only
+    assert default in space and default.rows == 4  # the untuned default is a candidate: tuning cannot lose to it
 
 
 def test_small_range_caps_row_tiles():

@@ -25,8 +25,13 @@ class DenseTiles:
     def default(func: tirx.PrimFunc, block: str, lanes: int, registers: int = 16) -> DenseTiles:
         """Untuned tiles: rows x 2 vectors of accumulators in registers, with room left for the weight
         vectors and the broadcast: 4 rows (8 accumulators) in the 16 registers of AVX2/SSE/armv7 NEON,
-        8 rows (16) in the 32 of AVX-512 and aarch64. Weight panels outermost (par_cols)."""
-        n = _static_extent(func, block, -2)
+        8 rows (16) in the 32 of AVX-512 and aarch64. Weight panels outermost (par_cols). Not 6 rows (MLAS's
+        AVX2 block): measured on MiniLM-6, 1 thread, it ties 4 at seq >= 128 and loses up to 27% at seq 8..77,
+        where the rows past the last whole tile run on the row-1 edge kernel (the tuner has 6 to pick per shape)."""
+        return DenseTiles.for_width(_static_extent(func, block, -2), lanes, registers)
+
+    @staticmethod
+    def for_width(n: int, lanes: int, registers: int) -> DenseTiles:
         cols = next((c for c in (2 * lanes, lanes, lanes // 2, lanes // 4) if c >= 1 and n % c == 0), 1)
         return DenseTiles(rows=8 if registers >= 32 else 4, cols=cols, par_cols=True)
 

@@ -4,8 +4,9 @@ shape (docs/tuning.md#cost-model), for two operator classes:
   ConvTask   conv2d NCHW with a dynamic batch (CNNs): ConvTiles over one image
 
 Tile sizes come from the board, never from a shape: column tiles are multiples of the vector width that
-divide N, row tiles are powers of two capped near the largest row count, and a rows x cols accumulator
-block must fit the board's vector registers. Every choice is categorical, so a configuration replays on
+divide N, row tiles are powers of two (and 6, the AVX2 block of MLAS and XNNPACK) capped near the largest
+row count, and a rows x cols accumulator block must fit the board's vector registers. The board's untuned
+default is always in the space, so tuning can only match or beat it. Every choice is categorical, so a configuration replays on
 any shape and on the symbolic kernel.
 """
 
@@ -20,7 +21,7 @@ from ..schedule.conv import ConvTiles, column_tiles
 from ..schedule.dense import DenseTiles
 from ..schedule.pack import panel_for
 
-ROW_TILES = (1, 2, 4, 8, 16)
+ROW_TILES = (1, 2, 4, 6, 8, 16)
 UNROLL_K = (1, 2, 4)
 SMALL_M = 4  # row tiles up to this also come in the GEMV-like family that parallelises over columns
 
@@ -92,6 +93,9 @@ def candidates(task: DenseTask | ConvTask, hw: Hardware) -> list:
                     out.append(DenseTiles(rows=r, cols=c, unroll_k=u))
                     if hw.cores > 1 and r <= SMALL_M:  # the small-M family: cores split the columns too
                         out.append(DenseTiles(rows=r, cols=c, unroll_k=u, par_cols=True))
+    default = DenseTiles.for_width(task.n, hw.lanes, hw.registers)
+    if default.rows <= row_cap and default not in out:
+        out.append(default)
     return out
 
 
