@@ -59,7 +59,6 @@ def _reference_session(model: Path):
     ops = {n.op_type for n in onnx.load(str(model), load_external_data=False).graph.node}
     if ops & _INTEGER_GEMMS:
         # the exact u8 x u8 kernels, the arithmetic ONNX defines (and edgepack computes): the option's
-        # weight rewrite is an extended-level graph transform
         # weight rewrite is an extended-level graph transform. int8 x int8 models do not saturate, and the
         # rewrite leaves them without a kernel (s8 x u8): they run as they are.
         precise = ort.SessionOptions()

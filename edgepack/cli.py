@@ -87,7 +87,7 @@ def _cmd_inspect(a: argparse.Namespace) -> int:
     from collections import Counter
 
     from .model import onnx_load
-    from .model.ops import is_supported
+    from .model.ops import ONNX_DOMAINS, is_supported, op_label
     from .model.quant_report import node_report, summary
 
     model = onnx_load.load_onnx(a.model)
@@ -101,9 +101,8 @@ def _cmd_inspect(a: argparse.Namespace) -> int:
         f"  (build with {' '.join(f'--dim {d}=MIN:MAX' for d in dyn)})" if dyn else ""))
     counts = Counter((n.domain, n.op_type) for n in model.graph.node)
     print("  operators:")
-    for (domain, op), n in sorted(counts.items(), key=lambda kv: (kv[0][0] not in ("", "ai.onnx"), kv[0])):
-        shown = op if domain in ("", "ai.onnx") else f"{domain}::{op}"
-        print(f"    {shown:40} x{n:<4} {'supported' if is_supported(domain, op) else 'NOT SUPPORTED'}")
+    for (domain, op), n in sorted(counts.items(), key=lambda kv: (kv[0][0] not in ONNX_DOMAINS, kv[0])):
+        print(f"    {op_label(domain, op):40} x{n:<4} {'supported' if is_supported(domain, op) else 'NOT SUPPORTED'}")
     quant = node_report(model)
     if quant:  # a quantised model: how each quantised node runs
         kinds = ", ".join(f"{k} {v}" for k, v in summary(quant).items())

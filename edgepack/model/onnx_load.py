@@ -11,7 +11,7 @@ import onnx
 from onnx import helper
 
 from ..errors import DimError, ModelError, UnsupportedOpsError
-from .ops import MS_DOMAIN, SUPPORTED_MS_OPS, SUPPORTED_OPS
+from .ops import ONNX_DOMAINS, is_supported, op_label
 from .names import dim_c_name
 from .plan import DimRange
 
@@ -168,14 +168,11 @@ def unsupported_ops(model: onnx.ModelProto) -> list[tuple[str, str]]:
     """(op_type, node name) of every node edgepack cannot compile, in graph order."""
     bad = []
     for i, node in enumerate(model.graph.node):
-        domain_ok = node.domain in ("", "ai.onnx")
         name = node.name or f"#{i}"
-        if domain_ok and node.op_type in DATA_DEPENDENT_OPS:
+        if node.domain in ONNX_DOMAINS and node.op_type in DATA_DEPENDENT_OPS:
             bad.append((f"{node.op_type} with a data-dependent output shape", name))
-        elif not (node.op_type in SUPPORTED_OPS if domain_ok else
-                  node.domain == MS_DOMAIN and node.op_type in SUPPORTED_MS_OPS):
-            op = node.op_type if domain_ok else f"{node.domain}::{node.op_type}"
-            bad.append((op, name))
+        elif not is_supported(node.domain, node.op_type):
+            bad.append((op_label(node.domain, node.op_type), name))
         elif node.op_type in FIRST_OUTPUT_ONLY and any(node.output[1:]):
             bad.append((f"{node.op_type} with more than one output", name))
     return bad

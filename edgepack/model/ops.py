@@ -57,7 +57,15 @@ SUPPORTED_MS_OPS: frozenset[str] = frozenset(
     "QGemm QLinearAdd QLinearGlobalAveragePool QLinearLeakyRelu QLinearMul QLinearSigmoid".split())
 
 
+ONNX_DOMAINS = ("", "ai.onnx")
+
+
 def is_supported(domain: str, op_type: str) -> bool:
-    if domain in ("", "ai.onnx"):
+    if domain in ONNX_DOMAINS:
         return op_type in SUPPORTED_OPS
     return domain == MS_DOMAIN and op_type in SUPPORTED_MS_OPS
+
+
+def op_label(domain: str, op_type: str) -> str:
+    """An operator as messages show it: `Conv`, or `com.microsoft::QGemm` outside the ONNX domain."""
+    return op_type if domain in ONNX_DOMAINS else f"{domain}::{op_type}"

@@ -23,7 +23,6 @@ How each node runs is reported by model/quant_report.py (`edgepack inspect`).
 
 from __future__ import annotations
 
-
 import numpy as np
 import onnx
 import tvm
@@ -105,12 +104,17 @@ def round_half_even(bb, v):
     return bb.emit(relax.op.where(relax.op.greater(d, half), up, relax.op.where(relax.op.less(d, half), f, tie)))
 
 
+def _is_zero(zp) -> bool:
+    """A constant all-zero zero point (or none): subtracting or adding it changes nothing."""
+    return zp is None or (_value(zp) is not None and not _value(zp).any())
+
+
 def saturate(bb, v, zp, dtype: str):
     """round_half_even(v) + zp, saturated to `dtype` (v: the value divided by its scale, float32)."""
     if dtype not in _LIMITS:
         raise ModelError(f"quantisation to {dtype} is not supported (int8, uint8, int16 and uint16 are)")
     r = round_half_even(bb, v)
-    if zp is not None and not (_value(zp) is not None and not _value(zp).any()):  # a zero zp adds nothing
+    if not _is_zero(zp):
         r = bb.emit(relax.op.add(r, _f32(bb, zp)))
     lo, hi = _LIMITS[dtype]
     r = bb.emit(relax.op.minimum(relax.op.maximum(r, _c(float(lo))), _c(float(hi))))
@@ -121,10 +125,7 @@ def dequantize(bb, x, scale, zp, axis: int = 1):
     """float32 (x - zp) * scale, per tensor or along `axis`."""
     nd = _ndim(x)
     axis = axis % nd if nd else 0
-    xi = _i32(bb, x)
-    if zp is not None:
-        xi = bb.emit(relax.op.subtract(xi, _i32(bb, _along(bb, zp, axis, nd))))
-    return bb.emit(relax.op.multiply(_f32(bb, xi), _f32(bb, _along(bb, scale, axis, nd))))
+    return bb.emit(relax.op.multiply(_f32(bb, _centered(bb, x, zp, axis)), _f32(bb, _along(bb, scale, axis, nd))))
 
 
 def quantize(bb, x, scale, zp, dtype: str, axis: int = 1):
@@ -145,7 +146,7 @@ def _zp_dtype(zp, default: str = "uint8") -> str:
 def _centered(bb, x, zp, axis: int):
     """int32 (x - zp): the integer operand of an int32-accumulating op."""
     xi = _i32(bb, x)
-    if zp is None or (_value(zp) is not None and not _value(zp).any()):
+    if _is_zero(zp):
         return xi
     return bb.emit(relax.op.subtract(xi, _i32(bb, _along(bb, zp, axis, _ndim(x)))))
 

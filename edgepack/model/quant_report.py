@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import onnx
 
-from .ops import MS_DOMAIN
+from .ops import MS_DOMAIN, ONNX_DOMAINS, op_label
 
 # -- how a quantised node runs ----------------------------------------------------------------------------
 
@@ -79,8 +79,8 @@ def node_report(model: onnx.ModelProto) -> list[NodeReport]:
     quantised: set[str] = set()  # int8/uint8 tensors: quantised outputs and data movement on them
     for k, n in enumerate(g.node):
         name = n.name or f"#{k}"
-        op = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op_type}"
-        if n.op_type in LOWERINGS and n.domain in ("", "ai.onnx", MS_DOMAIN):
+        op = op_label(n.domain, n.op_type)
+        if n.op_type in LOWERINGS and n.domain in (*ONNX_DOMAINS, MS_DOMAIN):
             if n.op_type not in ("DequantizeLinear", "MatMulInteger", "ConvInteger"):
                 quantised.update(n.output[:1])
             out.append(NodeReport(name, op, LOWERINGS[n.op_type]))
