@@ -13,10 +13,12 @@ interleaved in one batch. Writes benchmarks/results/tuning_vs_metaschedule.json.
 
     python benchmarks/tuning_vs_metaschedule.py [--trials 16] [--samples 8] [--ms-samples 8]
 
-`--ms-samples N` runs the per-shape baseline on N of the samples only (evenly picked, both ends included)
-and estimates its total tuning time as their mean x the number of samples: stock MetaSchedule needs minutes
-per static task here (its build workers each import TVM's tensor intrinsics), so the full baseline takes
-over an hour on 2 cores. The JSON says which figures are measured and which are estimated.
+The per-shape baseline takes over an hour on 2 cores (stock MetaSchedule needs minutes per static task here:
+its build workers each import TVM's tensor intrinsics), so it is resumable: each static task tunes in its own
+folder under `--ms-dir` (default benchmarks/results/tmp/metaschedule, kept between runs) and records its wall
+time in `done.json` when it finishes; a rerun reloads finished tasks from their MetaSchedule databases and
+retunes only the unfinished ones. `--ms-samples N` tunes N of the samples only (evenly picked, both ends
+included) for a quick look; the JSON then marks the all-sample tuning time as an estimate.
 """
 
 from __future__ import annotations
@@ -89,18 +91,32 @@ def spec_of(func, env: dict) -> list:
     return out
 
 
-def metaschedule_winner(task, rows: int, trials: int, board, work: Path):
+def metaschedule_winner(task, rows: int, trials: int, board, work: Path) -> tuple[object, float]:
+    """The per-shape winner and the wall time its tuning took. A finished task (work/done.json) is reloaded
+    from its database; an unfinished one starts again from an empty folder."""
+    import shutil
+
     import tvm
     import tvm.s_tir.meta_schedule as ms
 
     mod = tvm.IRModule({"main": static_func(task, rows).with_attr("global_symbol", "main")})
-    timing = board.timing
-    runner = ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(
-        number=timing.number, repeat=timing.repeat, min_repeat_ms=timing.min_repeat_ms))
-    db = ms.tune_tir(mod, board.tvm_target(), str(work), max_trials_global=trials, num_trials_per_iter=8,
-                     builder=ms.builder.LocalBuilder(initializer=_init_builder, timeout_sec=60), runner=runner)
+    done = work / "done.json"
+    if done.exists() and json.loads(done.read_text()).get("trials") == trials:
+        db = ms.database.JSONDatabase(work_dir=str(work), module_equality="structural")
+        seconds = json.loads(done.read_text())["seconds"]
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        timing = board.timing
+        runner = ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(
+            number=timing.number, repeat=timing.repeat, min_repeat_ms=timing.min_repeat_ms))
+        t0 = time.perf_counter()
+        db = ms.tune_tir(mod, board.tvm_target(), str(work), max_trials_global=trials, num_trials_per_iter=8,
+                         builder=ms.builder.LocalBuilder(initializer=_init_builder, timeout_sec=60), runner=runner)
+        seconds = time.perf_counter() - t0
+        done.write_text(json.dumps({"seconds": seconds, "trials": trials}))
     sch = ms.tir_integration.compile_tir(db, mod, board.tvm_target())
-    return None if sch is None else sch.mod["main"]
+    return (None if sch is None else sch.mod["main"]), seconds
 
 
 def numpy_us(n: int, rows: int, reps: int = 30) -> float:
@@ -128,10 +144,13 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=16, help="T: trials per layer (per sample for MetaSchedule)")
     ap.add_argument("--samples", default="8")
     ap.add_argument("--ms-samples", type=int, default=8, help="samples the per-shape baseline really tunes")
+    ap.add_argument("--ms-dir", type=Path, default=RESULTS / "tmp" / "metaschedule",
+                    help="where the per-shape baseline keeps its databases (resumable)")
     a = ap.parse_args()
     board = load_board("host")
     par = board.target.cores > 1
-    from edgepack.tune.db import TuningDB
+    from edgepack.schedule.defaults import schedules_for
+    from edgepack.tune.db import TuningDB, kernel_variant
     from edgepack.tune.dispatch_tree import TreeDispatcher
     from edgepack.tune.samples import make_samples
 
@@ -147,18 +166,18 @@ def main() -> None:
         model, dr = prepare(model_path, dims)
         tasks = {t.kernel: t for t in extract_tasks(lower_model("bert_dense", model, dr), dr)}
         with TuningDB(tmp / "t.db") as db:
-            sels = {k: db.selection(db.find_workload("dense", t.static_dims, t.dtype, board.name), {"m": [1, 256]})
-                    for k, t in tasks.items()}
+            variant = kernel_variant(schedules_for(board))
+            sels = {k: db.selection(db.find_workload("dense", t.static_dims, t.dtype, board.name, variant),
+                                    {"m": [1, 256]}) for k, t in tasks.items()}
         samples = make_samples(a.samples, dr[0]).values
         idx = sorted({round(i * (len(samples) - 1) / max(1, a.ms_samples - 1)) for i in range(a.ms_samples)})
         ms_samples = [samples[i] for i in idx]
         ms_s, winners = 0.0, {}
         for k, t in tasks.items():
             for s in ms_samples:
-                t1 = time.perf_counter()
-                winners[(k, s)] = metaschedule_winner(t, s, a.trials, board, tmp / f"ms_{k}_{s}")
-                ms_s += time.perf_counter() - t1
-                print(f"metaschedule {k} M={s}: {time.perf_counter() - t1:.0f} s", flush=True)
+                winners[(k, s)], sec = metaschedule_winner(t, s, a.trials, board, a.ms_dir / f"{k}_m{s}")
+                ms_s += sec
+                print(f"metaschedule {k} M={s}: {sec:.0f} s", flush=True)
         rng = np.random.default_rng(1)
         unsampled = sorted(set(int(v) for v in rng.integers(1, 257, 40)) - set(samples))[:10]
         rows_out = []

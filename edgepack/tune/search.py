@@ -52,16 +52,21 @@ EPSILON = 0.2  # share of each batch spent on random untried kernels (keeps the 
 OFF_BY = 2.0  # verified predictions typically further than this factor from the measured: the model is off
 JUDGE_AFTER = 24  # observations the shared model needs before its batch predictions are judged
 MAX_WEIGHT = 8.0  # the most a mispredicted task's samples are re-weighted in its shared cost model
+EDGE_CHOICES = 3  # row-tile-1 kernels verified as the edge (remainder) kernel, besides the board default
 
 
 def config(t: DenseTiles) -> dict:
-    return dataclasses.asdict(t)
+    """The configuration as stored; `serial` only when set, so records made before it existed still match."""
+    d = dataclasses.asdict(t)
+    if not d.get("serial", True):
+        del d["serial"]
+    return d
 
 
 def tiles_of(cfg: dict) -> DenseTiles | ConvTiles:
     if "oc" in cfg:
         return ConvTiles(**cfg)
-    return DenseTiles(**{k: cfg[k] for k in ("rows", "cols", "unroll_k", "par_cols") if k in cfg})
+    return DenseTiles(**{k: cfg[k] for k in ("rows", "cols", "unroll_k", "par_cols", "serial") if k in cfg})
 
 
 def shape(rows: int) -> dict:
@@ -201,7 +206,8 @@ class TaskSearch:
             i = cols.index(t.cols) if t.cols in cols else 0
             moves = ([{"rows": t.rows * 2}, {"rows": t.rows // 2}] + [{"cols": cols[k]} for k in (i - 1, i + 1)
                                                                        if 0 <= k < len(cols)]
-                     + [{"unroll_k": u} for u in (1, 2, 4) if u != t.unroll_k] + [{"par_cols": not t.par_cols}])
+                     + [{"unroll_k": u} for u in (1, 2, 4) if u != t.unroll_k] + [{"par_cols": not t.par_cols}]
+                     + [{"serial": not t.serial}])
         out = []
         for m in moves:
             try:
@@ -244,7 +250,7 @@ class TaskSearch:
         mass = w * np.where(np.isfinite(best), best, 1.0)
         s = self.rng.choices(self.samples.values, weights=list(mass) if mass.sum() > 0 else None)[0]
         cols = sorted({c.cols for c in self.space})
-        axis = self.rng.choice(["rows", "cols", "unroll_k", "par_cols"])
+        axis = self.rng.choice(["rows", "cols", "unroll_k", "par_cols", "serial"])
         if axis == "rows":
             new = dataclasses.replace(t, rows=t.rows // 2 if s < 2 * t.rows else t.rows * 2)
         elif axis == "cols":
@@ -252,8 +258,10 @@ class TaskSearch:
             new = dataclasses.replace(t, cols=cols[i]) if 0 <= i < len(cols) else None
         elif axis == "unroll_k":
             new = dataclasses.replace(t, unroll_k=self.rng.choice([1, 2, 4]))
-        else:
+        elif axis == "par_cols":
             new = dataclasses.replace(t, par_cols=not t.par_cols)
+        else:  # a small sample pulls toward one thread, a large one toward all
+            new = dataclasses.replace(t, serial=s < 2 * t.rows * self.hw.cores)
         return new if new in self._space_set else None
 
     # -- choosing --------------------------------------------------------------------------------------
@@ -300,35 +308,53 @@ class TaskSearch:
         that is off (module doc), and choose the final set from measured numbers. Predictions are taken
         before their pairs are measured: the model refits on every measurement."""
         search_off = max(self.batch_off_by, default=1.0)  # before verification's own batches are recorded
-        mains, edge = self.shortlist(k_max), self.edge_tiles()
+        mains, edges = self.shortlist(k_max), self.edge_shortlist()
         P = self._predict(mains)
-        verified = self._measure_runs(mains, edge, measure)
+        verified = self._measure_runs(mains, edges, measure)
+        edge = self.best_edge(mains, edges)
         off = self.off_by(P, mains, edge)
         extra = [t for t in self.measured_shortlist(k_max) if t not in mains] if off > OFF_BY else []
         if extra:
             P = np.hstack([P, self._predict(extra)])
-            verified += self._measure_runs(extra, edge, measure)
+            verified += self._measure_runs(extra, edges, measure)
+            edge = self.best_edge(mains + extra, edges)
         res = self.choose(mains + extra, edge, k_max, verified, predicted=P)
         return dataclasses.replace(res, model_off_by=off, measured_picks=len(extra), search_off_by=search_off,
                                    reweighted=self.model.weights.get(self.task.op, 1.0),
                                    measured_trials=self.measured_trials)
 
-    def _measure_runs(self, mains: list, edge: DenseTiles | None, measure) -> int:
-        new = [p for p in self.run_pairs(mains, edge) if p not in self.known]
+    def _measure_runs(self, mains: list, edges: list, measure) -> int:
+        new = list(dict.fromkeys(p for e in edges or [None] for p in self.run_pairs(mains, e) if p not in self.known))
         if new:
             measure(new)
         return len(new)
 
-    def edge_tiles(self) -> DenseTiles | None:
-        """The row-tile-1 kernel for remainders: the best predicted over 1..7 leftover rows. Its views start
-        at a whole number of main tiles, so any column tiling of the space may serve (row tile set to 1)."""
+    def edge_shortlist(self) -> list[DenseTiles]:
+        """Row-tile-1 kernels for the remainders, to be measured: the EDGE_CHOICES best predicted over 1..7
+        leftover rows, and the board default's. Its views start at a whole number of main tiles, so any
+        column tiling of the space may serve (row tile set to 1). The edge is all of a run at M < tile
+        (GEMV): a prediction alone picked a one-vector edge there, 1.7x slower than the default's two."""
         if self.task.kind != "dense":
-            return None
+            return []
         good = self.good_trials()
         ones = [t for t in good if t.rows == 1] or list(dict.fromkeys(t.with_rows(1) for t in good or self.space))
         small = [r for r in range(1, 8) if r <= self.task.op.hi] or [1]
         pred = np.stack([self.model.predict_latency(self.task.op, ones, r) for r in small]).sum(axis=0)
-        return ones[int(np.argmin(pred))]
+        picks = [ones[int(j)] for j in np.argsort(pred, kind="stable")[:EDGE_CHOICES]]
+        default = DenseTiles.for_width(self.task.op.n, self.hw.lanes, self.hw.registers).with_rows(1)
+        return list(dict.fromkeys(picks + ([default] if default in self._space_set else [])))
+
+    def best_edge(self, mains: list, edges: list) -> DenseTiles | None:
+        """The edge kernel with the lowest weighted measured latency over the samples, each sample on its
+        best main kernel."""
+        if not edges:
+            return None
+        w = np.array(self.samples.weights)
+
+        def cost(e) -> float:
+            L = np.array([[self.run_latency(t, e, s) for t in mains] for s in self.samples.values])
+            return float((w * L.min(axis=1)).sum())
+        return min(edges, key=cost)
 
     def run_pairs(self, mains: list[DenseTiles], edge: DenseTiles) -> list[tuple[DenseTiles, int]]:
         """(kernel, rows) pairs the verification needs: each main on each sample's whole tiles, and the edge
