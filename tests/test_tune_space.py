@@ -28,6 +28,9 @@ def test_space_respects_hardware_limits():
     assert len(set(space)) == len(space)
     small = [t for t in space if t.par_cols]
     assert small and all(t.rows <= 4 for t in small if t != default)  # the GEMV-like family: small M only
+    serial = [t for t in space if t.serial]  # one thread (the thread count per shape): small M only too
+    assert serial and all(t.rows <= 4 for t in serial) and {t.par_cols for t in serial} == {False, True}
+    assert not any(t.serial for t in candidates(task, Hardware(lanes=8, registers=16, cores=1)))
     assert default in space and default.rows == 4  # the untuned default is a candidate: tuning cannot lose to it
 
 
@@ -44,11 +47,12 @@ def test_adaptation():
     assert adaptation(task, t8, 24, cores=2) == pytest.approx(3 / 4)  # 3 row tiles on 2 cores
     assert adaptation(task, t8, 24, cores=1) == 1.0
     assert best_fit_rows(task, t8, cores=2) == 256
-    assert features(task, t8, AVX2).shape == (11,)
+    assert features(task, t8, AVX2).shape == (12,)
     # small-M family: at M = 1 row tiles alone leave a core idle; row x column tiles fill both
     t1, t1c = DenseTiles(rows=1, cols=16), DenseTiles(rows=1, cols=16, par_cols=True)
     assert adaptation(task, t1, 1, cores=2) == pytest.approx(0.5)
     assert adaptation(task, t1c, 1, cores=2) == 1.0
+    assert adaptation(task, DenseTiles(rows=1, cols=16, serial=True), 1, cores=2) == 1.0  # one core, fully used
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +86,7 @@ def test_conv_space_and_adaptation():
     t = ConvTiles(oc=8, oh=16, ow=16)  # one tile per image: at batch 1 a core would idle
     assert adaptation(task, t, 1, cores=2) == pytest.approx(0.5)
     assert adaptation(task, t, 2, cores=2) == 1.0  # whole images: no padding, ever
-    assert features(task, ConvTiles(2, 4, 8), AVX2).shape == (11,)
+    assert features(task, ConvTiles(2, 4, 8), AVX2).shape == (12,)
 
 
 def test_conv_micro_kernels_schedule_predicate_free():

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.unit
 
 K, N = 32, 64
 TILES = [DenseTiles(1, 16), DenseTiles(4, 16), DenseTiles(8, 32, unroll_k=4), DenseTiles(2, 8, par_cols=True),
-         DenseTiles(4, 64, unroll_k=2)]
+         DenseTiles(4, 64, unroll_k=2), DenseTiles(2, 16, serial=True), DenseTiles(1, 16, par_cols=True, serial=True)]
 
 
 @pytest.fixture(scope="module")

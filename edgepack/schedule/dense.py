@@ -17,6 +17,10 @@ class DenseTiles:
     # by every row tile (False: row tiles outermost, parallel over them; each row tile streams all of W).
     # With few row tiles (small M, GEMV) this is also what keeps every core busy.
     par_cols: bool = False
+    # One thread, no parallel loop: at a tiny shape (a GEMV, a few rows) waking the pool costs more than the
+    # second core saves. The dispatcher picks it per shape like any other micro-kernel (the thread count per
+    # shape); a board with one core has only these.
+    serial: bool = False
 
     def with_rows(self, rows: int) -> DenseTiles:
         return replace(self, rows=rows)
@@ -77,7 +81,7 @@ def schedule_dense(func: tirx.PrimFunc, block: str, tiles: DenseTiles, parallel:
     _fuse_epilogue(sch, blk, tile_loops[-1], vectorize)
     if vectorize:  # off for C-source kernels: gcc vectorizes the plain inner loop where the ISA can
         sch.vectorize(ji)
-    if parallel:
+    if parallel and not tiles.serial:
         par = [*outer, *tile_loops] if tiles.par_cols else [*outer, io]
         sch.parallel(sch.fuse(*par) if len(par) > 1 else par[0])
     sch.decompose_reduction(blk, ko)

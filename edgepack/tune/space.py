@@ -91,8 +91,10 @@ def candidates(task: DenseTask | ConvTask, hw: Hardware) -> list:
             for u in UNROLL_K:
                 if task.k % u == 0:
                     out.append(DenseTiles(rows=r, cols=c, unroll_k=u))
-                    if hw.cores > 1 and r <= SMALL_M:  # the small-M family: cores split the columns too
+                    if hw.cores > 1 and r <= SMALL_M:  # the small-M family: cores split the columns too,
                         out.append(DenseTiles(rows=r, cols=c, unroll_k=u, par_cols=True))
+                        out += [DenseTiles(rows=r, cols=c, unroll_k=u, par_cols=p, serial=True)  # or one thread
+                                for p in (False, True)]
     default = DenseTiles.for_width(task.n, hw.lanes, hw.registers)
     if default.rows <= row_cap and default not in out:
         out.append(default)
@@ -134,7 +136,7 @@ def adaptation(task: DenseTask, tiles: DenseTiles, rows: int, cores: int) -> flo
     """
     pad = 1.0 if isinstance(task, ConvTask) else rows / (math.ceil(rows / tiles.rows) * tiles.rows)
     g = parallel_tiles(task, tiles, rows)
-    occ = 1.0 if cores <= 1 else g / (math.ceil(g / cores) * cores)
+    occ = 1.0 if cores <= 1 or getattr(tiles, "serial", False) else g / (math.ceil(g / cores) * cores)
     return pad * occ
 
 
@@ -146,7 +148,7 @@ def best_fit_rows(task, tiles, cores: int) -> int:
 
 
 FEATURE_NAMES = ("log2_rows", "log2_cols", "log2_unroll_k", "accumulators", "cols_over_lanes", "log2_n",
-                 "log2_k", "n_col_tiles", "bytes_w_per_tile_kb", "arith_intensity", "par_cols")
+                 "log2_k", "n_col_tiles", "bytes_w_per_tile_kb", "arith_intensity", "par_cols", "serial")
 
 
 def features(task, tiles, hw: Hardware) -> np.ndarray:
@@ -155,10 +157,10 @@ def features(task, tiles, hw: Hardware) -> np.ndarray:
         acc = tiles.oc * tiles.oh * -(-tiles.ow // hw.lanes)
         return np.array([math.log2(tiles.oc), math.log2(tiles.oh), math.log2(tiles.ow), acc, tiles.ow / hw.lanes,
                          math.log2(task.f), math.log2(task.c * task.kh * task.kw), task.h * task.w / tiles.ow / tiles.oh,
-                         task.f // tiles.oc, task.kh * task.kw, 0.0], dtype=np.float64)
+                         task.f // tiles.oc, task.kh * task.kw, 0.0, 0.0], dtype=np.float64)
     acc = tiles.rows * -(-tiles.cols // hw.lanes)
     w_bytes = task.k * tiles.cols * 4
     intensity = 2.0 * tiles.rows * tiles.cols / (4.0 * (tiles.rows + tiles.cols))
     return np.array([math.log2(tiles.rows), math.log2(tiles.cols), math.log2(tiles.unroll_k), acc,
                      tiles.cols / hw.lanes, math.log2(task.n), math.log2(task.k), task.n // tiles.cols,
-                     w_bytes / 1024.0, intensity, float(tiles.par_cols)], dtype=np.float64)
+                     w_bytes / 1024.0, intensity, float(tiles.par_cols), float(tiles.serial)], dtype=np.float64)

@@ -18,7 +18,8 @@ from .measure import MeasureInput
 def kernel_name(tiles: DenseTiles | ConvTiles) -> str:
     if isinstance(tiles, ConvTiles):
         return f"conv_oc{tiles.oc}_oh{tiles.oh}_ow{tiles.ow}"
-    return f"dense_r{tiles.rows}_c{tiles.cols}_u{tiles.unroll_k}" + ("_p" if tiles.par_cols else "")
+    return (f"dense_r{tiles.rows}_c{tiles.cols}_u{tiles.unroll_k}" + ("_p" if tiles.par_cols else "")
+            + ("_s" if tiles.serial else ""))
 
 
 def main_variant(func, split: RowSplit, block: str, tiles: DenseTiles | ConvTiles, parallel: bool = True,
