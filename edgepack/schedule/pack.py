@@ -13,6 +13,8 @@ import numpy as np
 import tvm
 from tvm import s_tir, tirx
 
+from ..model.tir import region_tensor
+
 
 def panel_for(n: int, lanes: int) -> int | None:
     """Panel width for N columns: two vectors, else one; None when N has neither as a divisor."""
@@ -26,7 +28,7 @@ def weight_read(func: tirx.PrimFunc, block: str) -> tuple[int, int] | None:
     k = str(blk.iter_vars[-1].var)
     by_name = {p.name: i for i, p in enumerate(func.params) if getattr(p, "shape", None) is not None}
     for ri, region in enumerate(blk.reads):
-        pi = by_name.get(region.script().split("[")[0])  # TVM 0.27's TensorRegion does not expose its buffer
+        pi = by_name.get(region_tensor(region))
         if pi is None:
             continue
         shape = func.params[pi].shape

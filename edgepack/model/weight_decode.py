@@ -1,0 +1,163 @@
+"""Int8 weights stay int8: their decoding (DequantizeLinear, or Cast + Mul) runs inside the kernel that
+reads the weight, not as a kernel of its own that writes a float copy into the arena at every call.
+
+TVM's FuseOps never fuses an elementwise producer into a matmul or conv (only the consumers that follow
+one), so a weight-only int8 layer lowers to two kernels: `dequantize(w8) -> w` (a float32 buffer of the
+weight's size in the arena) and `fused_matmul_add(x, w, b)`. Two steps join them:
+
+- `fuse_weight_decode` (a Relax pass between FuseOps and FuseTIR): when a fused function's argument is the
+  single-use result of an elementwise kernel whose inputs are all weights (model parameters), that kernel's
+  call moves into the fused function, which takes the int8 weight (and its scales) instead. FuseTIR then
+  makes one PrimFunc of them.
+- `inline_weight_decode` (TIR, per kernel): the decode block is computed inline where the reduction reads
+  it, so the kernel reads W8[k, j] and converts it in registers; the float weight never exists.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax, s_tir, tirx
+
+from .tir import region_tensor
+
+INJECTIVE = 2  # TVM's OpPatternKind: 0 elementwise, 1 broadcast, 2 injective
+
+
+CALL_TIR = tvm.ir.Op.get("relax.call_tir")
+
+
+def _is_call_tir(value) -> bool:
+    return isinstance(value, relax.Call) and value.op.same_as(CALL_TIR)
+
+
+def _primitive(value, mod: tvm.IRModule) -> relax.Function | None:
+    """The fused function (FuseOps' group) `value` calls, if it calls one."""
+    if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.GlobalVar):
+        fn = mod[value.op]
+        if isinstance(fn, relax.Function) and fn.attrs and "Primitive" in fn.attrs:
+            return fn
+    return None
+
+
+def _elementwise_tir(call, mod: tvm.IRModule) -> bool:
+    """A call_tir of an injective kernel with static shapes (no tir_vars)."""
+    pattern = mod[call.args[0]].attrs.get("op_pattern") if mod[call.args[0]].attrs else None
+    return pattern is not None and int(pattern) <= INJECTIVE and len(call.args) <= 2
+
+
+def _decode_inputs(value, mod: tvm.IRModule, weights: set) -> list | None:
+    """The inputs of `value` when it decodes weights: an injective call_tir, or a fused group of them, whose
+    tensor inputs are all weights (parameters or constants). None otherwise."""
+    if _is_call_tir(value):
+        ok, inputs = _elementwise_tir(value, mod), list(value.args[1].fields)
+    elif (fn := _primitive(value, mod)) is not None:
+        calls = [b.value for blk in fn.body.blocks for b in blk.bindings]
+        ok = all(_is_call_tir(c) and _elementwise_tir(c, mod) for c in calls)
+        inputs = list(value.args)
+    else:
+        return None
+    weight = lambda a: isinstance(a, tvm.ir.expr.Constant) or (isinstance(a, relax.Var) and a in weights)  # noqa: E731
+    return inputs if ok and all(weight(a) for a in inputs) else None
+
+
+def _reduces(fn: relax.Function, mod: tvm.IRModule) -> bool:
+    """A fused group with a reduction kernel (matmul, conv: OpPatternKind 3 or 4) in it."""
+    pats = [mod[b.value.args[0]].attrs.get("op_pattern") for blk in fn.body.blocks for b in blk.bindings
+            if _is_call_tir(b.value) and mod[b.value.args[0]].attrs]
+    return any(p is not None and int(p) > INJECTIVE for p in pats)
+
+
+def _bare(name: str) -> str:
+    return name.removeprefix("fused_")
+
+
+def _decode_name(value) -> str:
+    return _bare((value.args[0] if _is_call_tir(value) else value.op).name_hint)
+
+
+def _uses(func: relax.Function) -> dict:
+    counts: dict = {}
+
+    def visit(e):
+        if isinstance(e, relax.Var):
+            counts[e] = counts.get(e, 0) + 1
+    relax.analysis.post_order_visit(func.body, visit)
+    return counts
+
+
+def _decode_bindings(value, mod: tvm.IRModule, params: list, ty) -> tuple[list, relax.Var]:
+    """`value` recomputed from `params` as bindings inside another function, and the var of its result."""
+    if _is_call_tir(value):
+        local = relax.DataflowVar("decoded", ty)
+        return [relax.VarBinding(local, relax.call_tir(value.args[0], relax.Tuple(params), ty))], local
+    fn = _primitive(value, mod)
+    body = fn.bind_params(dict(zip(fn.params, params))).body
+    return [b for blk in body.blocks for b in blk.bindings], body.body
+
+
+def _with_decode(func: relax.Function, index: int, decode, inputs: list, mod: tvm.IRModule) -> relax.Function:
+    """`func` with its parameter `index` computed inside by `decode` from new parameters, one per input."""
+    new_params = [relax.Var(f"w{i}", a.ty) for i, a in enumerate(inputs)]  # a primitive function takes no constant
+    bindings, result = _decode_bindings(decode, mod, new_params, func.params[index].ty)
+    inner = func.bind_params({func.params[index]: result})
+    block = inner.body.blocks[0]
+    body = relax.SeqExpr([relax.DataflowBlock([*bindings, *block.bindings]), *inner.body.blocks[1:]],
+                         inner.body.body)
+    return relax.Function(list(inner.params) + new_params, body, inner.ret_ty, inner.is_pure, inner.attrs)
+
+
+@tvm.transform.module_pass(opt_level=0, name="EdgepackFuseWeightDecode")
+def fuse_weight_decode(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+    main, bb = mod["main"], relax.BlockBuilder(mod)  # the builder gives new functions their types
+    n_in = int(main.attrs["num_input"]) if main.attrs and "num_input" in main.attrs else len(main.params)
+    weights = set(main.params[n_in:])
+    uses = _uses(main)
+    bound = {b.var: b.value for blk in main.body.blocks for b in blk.bindings}
+    blocks = []
+    for blk in main.body.blocks:
+        bindings = []
+        for b in blk.bindings:
+            v = b.value
+            fn = _primitive(v, mod)
+            if fn is not None and _reduces(fn, mod):
+                for i, a in enumerate(v.args):
+                    inputs = _decode_inputs(bound.get(a), mod, weights) if uses.get(a) == 1 else None
+                    if inputs is not None:
+                        fn = _with_decode(fn, i, bound[a], inputs, mod)
+                        gv = bb.add_func(fn, f"fused_{_decode_name(bound[a])}_{_bare(v.op.name_hint)}")
+                        v = relax.Call(gv, [x for j, x in enumerate(v.args) if j != i] + inputs)
+                        break  # one weight per kernel: a matmul or conv reads one
+            bindings.append(relax.VarBinding(b.var, v) if v is not b.value else b)
+        blocks.append(type(blk)(bindings))
+    bb.update_func(mod.get_global_var("main"), relax.Function(
+        main.params, relax.SeqExpr(blocks, main.body.body), main.ret_ty, main.is_pure, main.attrs))
+    return bb.get()
+
+
+def inline_weight_decode(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """Inline into each reduction block (the matmul or conv) the spatial blocks it reads that compute from
+    parameters only, directly or through other such blocks (a Cast then a Mul): the weight's decode."""
+    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+    params = {p.name for p in func.params if getattr(p, "shape", None) is not None}
+    changed = False
+    for blk in sch.get_child_blocks(sch.get_sblock("root")):
+        if not any(iv.iter_type == 2 for iv in sch.get(blk).iter_vars):
+            continue
+        while decode := [p for p in sch.get_producers(blk) if _decodes(sch, p, params)]:
+            try:
+                for p in decode:
+                    sch.compute_inline(p)  # its producers become the reduction's: the loop takes them next
+            except Exception:  # ScheduleError: not inlinable; the kernel stays correct with a workspace buffer
+                break
+            changed = True
+    return sch.mod["main"] if changed else func
+
+
+def _decodes(sch: s_tir.Schedule, blk, params: set) -> bool:
+    """A spatial block whose inputs are parameters, or outputs of such blocks."""
+    st = sch.get(blk)
+    if any(iv.iter_type != 0 for iv in st.iter_vars) or any(region_tensor(w) in params for w in st.writes):
+        return False
+    produced = {region_tensor(w) for p in sch.get_producers(blk) for w in sch.get(p).writes}
+    return all(region_tensor(r) in params or region_tensor(r) in produced for r in st.reads) and \
+        all(_decodes(sch, p, params) for p in sch.get_producers(blk))
