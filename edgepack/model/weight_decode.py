@@ -6,8 +6,8 @@ one), so a weight-only int8 layer lowers to two kernels: `dequantize(w8) -> w` (
 weight's size in the arena) and `fused_matmul_add(x, w, b)`. Two steps join them:
 
 - `fuse_weight_decode` (a Relax pass between FuseOps and FuseTIR): when a fused function's argument is the
-  single-use result of an elementwise kernel whose inputs are all weights (model parameters), that kernel's
-  call moves into the fused function, which takes the int8 weight (and its scales) instead. FuseTIR then
+  single-use result of an elementwise kernel, or of a fused group of them (Cast + Mul), whose inputs are all
+  weights (model parameters or constants), that call moves into the fused function, which takes the int8 weight (and its scales) instead. FuseTIR then
   makes one PrimFunc of them.
 - `inline_weight_decode` (TIR, per kernel): the decode block is computed inline where the reduction reads
   it, so the kernel reads W8[k, j] and converts it in registers; the float weight never exists.
@@ -21,8 +21,6 @@ from tvm import relax, s_tir, tirx
 from .tir import region_tensor
 
 INJECTIVE = 2  # TVM's OpPatternKind: 0 elementwise, 1 broadcast, 2 injective
-
-
 CALL_TIR = tvm.ir.Op.get("relax.call_tir")
 
 
@@ -147,9 +145,9 @@ def inline_weight_decode(func: tirx.PrimFunc) -> tirx.PrimFunc:
             try:
                 for p in decode:
                     sch.compute_inline(p)  # its producers become the reduction's: the loop takes them next
+                    changed = True
             except Exception:  # ScheduleError: not inlinable; the kernel stays correct with a workspace buffer
                 break
-            changed = True
     return sch.mod["main"] if changed else func
 
 
