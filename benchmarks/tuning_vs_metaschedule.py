@@ -151,7 +151,7 @@ def main() -> None:
     par = board.target.cores > 1
     from edgepack.schedule.defaults import schedules_for
     from edgepack.tune.db import TuningDB, kernel_variant
-    from edgepack.tune.dispatch_tree import TreeDispatcher
+    from edgepack.tune.apply import dispatcher_of
     from edgepack.tune.samples import make_samples
 
     with tempfile.TemporaryDirectory() as tmp, LocalRPC(key=board.rpc_key) as farm, \
@@ -183,7 +183,7 @@ def main() -> None:
         rows_out = []
         for k, t in tasks.items():
             sel = sels[k]
-            td = TreeDispatcher.fit([dr[0]], [{"seq": v} for v in sel["samples"]["values"]], sel["assign"])
+            td = dispatcher_of(sel, dr[0])
             dispatch = lambda r: td.choose({"seq": r})  # noqa: E731
             # the same tiles on the symbolic function (weights packed the same way): only the micro-kernels differ
             pk = packing(t.func, t.block, board.vector_lanes_f32)

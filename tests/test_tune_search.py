@@ -111,6 +111,25 @@ def test_the_edge_kernel_is_chosen_by_measurement():
     assert DenseTiles.for_width(64, HW.lanes, HW.registers).with_rows(1) in s.edge_shortlist()  # the default
 
 
+def test_sizes_between_samples_go_to_the_kernel_estimated_fastest():
+    """Samples 1, 37, ...: a nearest-sample dispatcher sends seq 8 to the M = 1 GEMV kernel. The estimate from
+    each kernel's measured runs (throughput x adaptation) sends it to the row-tiled one, which is faster there."""
+    from edgepack.tune.apply import dispatcher_of
+
+    s = _search()
+    op, chosen = s.task.op, [DenseTiles(1, 16, par_cols=True), DenseTiles(8, 16)]
+    L = np.array([[_board_latency(op, t, m) for t in chosen] for m in s.samples.values])
+    between = dict(s.between(chosen, L))
+    assert set(between) == set(range(1, 257))
+    truth = {m: int(np.argmin([_board_latency(op, t, m) for t in chosen])) for m in between}
+    assert between == truth  # the synthetic board follows the adaptation exactly
+    sel = {"samples": s.samples.to_json(), "assign": [truth[m] for m in s.samples.values],
+           "between": [list(p) for p in between.items()]}
+    td = dispatcher_of(sel, SEQ)
+    assert truth[8] == 1 and td.choose({"seq": 8}) == 1 and td.choose({"seq": 1}) == 0
+    assert sum(td.choose({"seq": m}) == k for m, k in truth.items()) >= 250, "the tree follows the estimates"
+
+
 def _board_latency(op, t, rows) -> float:
     """A fake of the board's measurement (no board can be made to mispredict on purpose): a synthetic
     machine whose throughput rises with the accumulators up to the register budget, through the adaptation."""

@@ -45,6 +45,13 @@ def verification_json(sel: dict) -> dict:
             "measured_trials": sel.get("measured_trials", 0)}
 
 
+def dispatcher_of(sel: dict, dim: DimRange) -> TreeDispatcher:
+    """A selection's dispatcher over `dim` (the tuned range: it contains the package's): the samples' measured
+    choices, and the estimated ones between them."""
+    return TreeDispatcher.fit([dim], [{dim.name: v} for v in sel["samples"]["values"]], sel["assign"],
+                              sel["samples"]["weights"], between=[({dim.name: r}, k) for r, k in sel.get("between", [])])
+
+
 def tuned_schedules(db_path: str | Path, lowered, dims: list[DimRange], board: Board, base: Schedules) -> Applied:
     if not Path(db_path).exists():
         raise EdgepackError(f"tuning database {db_path} does not exist; run `edgepack tune` first or drop --db")
@@ -68,9 +75,7 @@ def tuned_schedules(db_path: str | Path, lowered, dims: list[DimRange], board: B
                 continue
             dense[t.kernel] = DenseChoice(mains, tiles_of(sel["edge"]))
             lo, hi = wl.dynamic_dims["m"]
-            dim = DimRange(t.dim.name, t.dim.c_name, lo, hi)  # the tuned range: contains the package's
-            dispatchers[t.kernel] = TreeDispatcher.fit([dim], [{dim.name: v} for v in sel["samples"]["values"]],
-                                                       sel["assign"], sel["samples"]["weights"])
+            dispatchers[t.kernel] = dispatcher_of(sel, DimRange(t.dim.name, t.dim.c_name, lo, hi))
         note = db.stale_note(stale, variant)
     if note:  # one line for both: why there is no result, and what to do
         log.warning("%s; %s use the default schedule: run `edgepack tune` again", note, ", ".join(untuned))

@@ -99,9 +99,12 @@ class TreeDispatcher:
     # -- building --------------------------------------------------------------------------------------
     @classmethod
     def fit(cls, dims: Sequence[DimRange], samples: Sequence[Mapping[str, int]], choices: Sequence[int],
-            weights: Sequence[float] | None = None, max_depth: int = DEFAULT_MAX_DEPTH) -> TreeDispatcher:
+            weights: Sequence[float] | None = None, max_depth: int = DEFAULT_MAX_DEPTH,
+            between: Sequence[tuple[Mapping[str, int], int]] = ()) -> TreeDispatcher:
         """Table = the samples with their chosen kernel; tree = weighted CART fitted on them (depth <= max_depth).
-        A sample given twice must have the same choice (its weights add up)."""
+        A sample given twice must have the same choice (its weights add up). `between`: (instance, kernel)
+        estimates for instances that were not measured; they train the tree (together as much weight as the
+        samples) but are not in the exact table."""
         if len(samples) != len(choices):
             raise ValueError(f"{len(samples)} samples but {len(choices)} choices")
         if not samples:
@@ -123,9 +126,18 @@ class TreeDispatcher:
                 raise ValueError(f"sample {dict(s)} is given twice with different kernels ({table[x]}, {k})")
             table[x] = int(k)
             weight[x] = weight.get(x, 0.0) + float(wi)
-        xs = list(table)
+        extra: dict[tuple[int, ...], int] = {}
+        for s, k in between:
+            x = probe._vector(s)
+            probe._check_in_range(x, "instance")
+            if x not in table:
+                extra[x] = int(k)
+        share = (sum(weight.values()) or 1.0) / max(1, len(extra))
+        labels = table | extra
+        weight |= {x: share for x in extra}
+        xs = list(labels)
         X = np.array(xs, dtype=np.int64).reshape(len(xs), len(probe.dims))
-        y = np.array([table[x] for x in xs], dtype=np.int64)
+        y = np.array([labels[x] for x in xs], dtype=np.int64)
         wt = np.array([weight[x] for x in xs])
         if wt.sum() <= 0:
             wt = np.ones_like(wt)  # all samples weightless: fit them uniformly

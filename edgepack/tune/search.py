@@ -69,6 +69,15 @@ def tiles_of(cfg: dict) -> DenseTiles | ConvTiles:
     return DenseTiles(**{k: cfg[k] for k in ("rows", "cols", "unroll_k", "par_cols", "serial") if k in cfg})
 
 
+def _grid(lo: int, hi: int, n: int = 512) -> list[int]:
+    """Every size of a small range; else n sizes, half evenly spread and half geometric (dense at the small end)."""
+    if hi - lo < n:
+        return list(range(lo, hi + 1))
+    even = np.linspace(lo, hi, n // 2)
+    geo = np.geomspace(max(1, lo), hi, n // 2)
+    return sorted({int(round(v)) for v in np.concatenate([even, geo]) if lo <= round(v) <= hi})
+
+
 def shape(rows: int) -> dict:
     return {"m": int(rows)}
 
@@ -90,6 +99,7 @@ class TaskResult:
     search_off_by: float = 1.0  # the worst batch of trials: typical factor predicted (before it) vs measured
     reweighted: float = 1.0  # weight of this task's samples in the shared model at the end (1: never off)
     measured_trials: int = 0  # trials proposed from the measurements because the model was off
+    between: tuple = ()  # (rows, index into mains) for unsampled sizes: estimated from the measured runs
 
     @property
     def model_off(self) -> bool:
@@ -389,9 +399,28 @@ class TaskSearch:
         col = {j: i for i, j in enumerate(cover.kernels)}
         assign = [col[int(a)] for a in cover.assign]
         P = (self._predict(mains) if predicted is None else predicted)[:, cover.kernels]
+        between = self.between(chosen, L[:, cover.kernels])
         return TaskResult(
             task=self.task.kernel, mains=chosen, edge=edge, samples=self.samples, assign=assign,
             measured_s=[float(L[i, cover.kernels[a]]) for i, a in enumerate(assign)],
             predicted_s=[float(P[i, a]) for i, a in enumerate(assign)],
             best_trial_s=[float(v) for v in L.min(axis=1)],
-            trials=self.trials_done(), verified=verified)
+            trials=self.trials_done(), verified=verified, between=between)
+
+    def between(self, chosen: list, L: np.ndarray) -> tuple:
+        """For the sizes between the samples, the chosen kernel estimated fastest: each kernel's measured runs
+        (L: samples x chosen) give its throughput with perfect fit (median over the samples), which the
+        analytic adaptation carries to any size. Without this the dispatcher sends a size to its nearest
+        sample's kernel: seq 8 got the M = 1 GEMV kernel, 3x slower than the M = 37 one."""
+        op, cores = self.task.op, self.hw.cores
+        if len(chosen) < 2 or self.task.kind != "dense":
+            return ()
+        fits = []
+        for j, t in enumerate(chosen):
+            f = [op.flop(s) / (L[i, j] * adaptation(op, t, s, cores)) for i, s in enumerate(self.samples.values)
+                 if math.isfinite(L[i, j]) and L[i, j] > 0]
+            fits.append(float(np.median(f)) if f else 0.0)
+        sizes = _grid(op.lo, op.hi)
+        est = np.array([[op.flop(s) / (f * adaptation(op, t, s, cores)) if f > 0 else math.inf
+                         for t, f in zip(chosen, fits)] for s in sizes])
+        return tuple((int(s), int(j)) for s, j in zip(sizes, est.argmin(axis=1)))

@@ -284,7 +284,7 @@ def off_json(r: TaskResult) -> dict:
 def selection_json(r: TaskResult) -> dict:
     return {"mains": [config(t) for t in r.mains], "edge": config(r.edge) if r.edge else None,
             "samples": r.samples.to_json(), "assign": r.assign, "measured_s": r.measured_s,
-            "predicted_s": r.predicted_s} | off_json(r)
+            "predicted_s": r.predicted_s, "between": [list(p) for p in r.between]} | off_json(r)
 
 
 class _NoBar:
