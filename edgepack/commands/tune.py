@@ -163,7 +163,7 @@ def register(sub) -> None:
                    help="candidates measured per round (default: the board's tune.batch)")
     p.add_argument("--cost-model", choices=["reg", "rank"], default="reg",
                    help="cost model objective: regression on throughput, or pairwise rank calibrated to it "
-                   "(default: reg, until rank is measured faster on the model zoo)")
+                   "(default: reg; the two tie on the model zoo, and reg predicts latencies closer)")
     p.add_argument("--tracker", metavar="HOST:PORT", help="RPC tracker the board's servers register with")
     p.add_argument("--server", metavar="HOST:PORT", help="a single RPC server (no tracker)")
     p.add_argument("--key", help="RPC key (default: the board's rpc key)")

@@ -38,8 +38,7 @@ class TuneOptions:
     batch: int | None = None  # kernels measured per round (default: the board's [tune] batch)
     seed: int = 0
     progress: bool = True
-    cost_model: str = "reg"  # "reg" | "rank": the cost model's objective (cost_model.py: the default is reg
-    #                          until rank is measured to give faster kernels on the zoo for the same budget)
+    cost_model: str = "reg"  # "reg" | "rank": the cost model's objective (cost_model.py: why reg)
 
 
 @dataclass
