@@ -1,5 +1,6 @@
 """Int8 weights stay int8: their decoding (DequantizeLinear, or Cast + Mul) runs inside the kernel that
-reads the weight, not as a kernel of its own that writes a float copy into the arena at every call.
+reads the weight (a matmul, a conv, an embedding's gather), not as a kernel of its own that writes a float
+copy into the arena at every call.
 
 TVM's FuseOps never fuses an elementwise producer into a matmul or conv (only the consumers that follow
 one), so a weight-only int8 layer lowers to two kernels: `dequantize(w8) -> w` (a float32 buffer of the
@@ -58,11 +59,13 @@ def _decode_inputs(value, mod: tvm.IRModule, weights: set) -> list | None:
     return inputs if ok and all(weight(a) for a in inputs) else None
 
 
-def _reduces(fn: relax.Function, mod: tvm.IRModule) -> bool:
-    """A fused group with a reduction kernel (matmul, conv: OpPatternKind 3 or 4) in it."""
-    pats = [mod[b.value.args[0]].attrs.get("op_pattern") for blk in fn.body.blocks for b in blk.bindings
-            if _is_call_tir(b.value) and mod[b.value.args[0]].attrs]
-    return any(p is not None and int(p) > INJECTIVE for p in pats)
+def _reads_weights(fn: relax.Function, mod: tvm.IRModule) -> bool:
+    """A fused group that reads a weight a little at a time: a reduction kernel (matmul, conv: OpPatternKind 3
+    or 4) or a gather (`take`: an embedding table, of which each call reads a few rows)."""
+    calls = [b.value for blk in fn.body.blocks for b in blk.bindings if _is_call_tir(b.value)]
+    pats = [mod[c.args[0]].attrs.get("op_pattern") if mod[c.args[0]].attrs else None for c in calls]
+    return any(p is not None and int(p) > INJECTIVE for p in pats) or \
+        any(c.args[0].name_hint.startswith("take") for c in calls)
 
 
 def _bare(name: str) -> str:
@@ -117,7 +120,7 @@ def fuse_weight_decode(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         for b in blk.bindings:
             v = b.value
             fn = _primitive(v, mod)
-            if fn is not None and _reduces(fn, mod):
+            if fn is not None and _reads_weights(fn, mod):
                 for i, a in enumerate(v.args):
                     inputs = _decode_inputs(bound.get(a), mod, weights) if uses.get(a) == 1 else None
                     if inputs is not None:
@@ -133,18 +136,17 @@ def fuse_weight_decode(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
 
 
 def inline_weight_decode(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    """Inline into each reduction block (the matmul or conv) the spatial blocks it reads that compute from
-    parameters only, directly or through other such blocks (a Cast then a Mul): the weight's decode."""
+    """Inline into each block the spatial blocks it reads that compute from parameters only, directly or
+    through other such blocks (a Cast then a Mul): the weight's decode, now read where it is used."""
     sch = s_tir.Schedule(tvm.IRModule({"main": func}))
     params = {p.name for p in func.params if getattr(p, "shape", None) is not None}
     changed = False
-    for blk in sch.get_child_blocks(sch.get_sblock("root")):
-        if not any(iv.iter_type == 2 for iv in sch.get(blk).iter_vars):
-            continue
+    readers = [b for b in sch.get_child_blocks(sch.get_sblock("root")) if not _decodes(sch, b, params)]
+    for blk in readers:
         while decode := [p for p in sch.get_producers(blk) if _decodes(sch, p, params)]:
             try:
                 for p in decode:
-                    sch.compute_inline(p)  # its producers become the reduction's: the loop takes them next
+                    sch.compute_inline(p)  # its producers become the reader's: the loop takes them next
                     changed = True
             except Exception:  # ScheduleError: not inlinable; the kernel stays correct with a workspace buffer
                 break
