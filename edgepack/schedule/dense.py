@@ -19,7 +19,7 @@ class DenseTiles:
     par_cols: bool = False
     # One thread, no parallel loop: at a tiny shape (a GEMV, a few rows) waking the pool costs more than the
     # second core saves. The dispatcher picks it per shape like any other micro-kernel (the thread count per
-    # shape); a board with one core has only these.
+    # shape). On a one-core board every kernel is built without the parallel loop anyway.
     serial: bool = False
 
     def with_rows(self, rows: int) -> DenseTiles:

@@ -411,7 +411,7 @@ class TaskSearch:
         """For the sizes between the samples, the chosen kernel estimated fastest: each kernel's measured runs
         (L: samples x chosen) give its throughput with perfect fit (median over the samples), which the
         analytic adaptation carries to any size. Without this the dispatcher sends a size to its nearest
-        sample's kernel: seq 8 got the M = 1 GEMV kernel, 3x slower than the M = 37 one."""
+        sample's kernel: seq 8 got the M = 1 GEMV kernel, about 3x slower than the M = 37 one."""
         op, cores = self.task.op, self.hw.cores
         if len(chosen) < 2 or self.task.kind != "dense":
             return ()
