@@ -59,6 +59,17 @@ def _decode_inputs(value, mod: tvm.IRModule, weights: set) -> list | None:
     return inputs if ok and all(weight(a) for a in inputs) else None
 
 
+def _as_primitive(call) -> relax.Function | None:
+    """A lone call_tir (FuseOps leaves a group of one op unwrapped) as a one-call primitive function."""
+    if len(call.args) > 2:  # tir_vars: symbolic shapes passed apart; not wrapped
+        return None
+    params = [relax.Var(f"a{i}", a.ty) for i, a in enumerate(call.args[1].fields)]
+    out = relax.Var("out", call.ty)
+    body = relax.SeqExpr([relax.DataflowBlock([relax.VarBinding(out, relax.call_tir(
+        call.args[0], relax.Tuple(params), call.ty))])], out)
+    return relax.Function(params, body, call.ty, True).with_attr("Primitive", True)
+
+
 def _reads_weights(fn: relax.Function, mod: tvm.IRModule) -> bool:
     """A fused group that reads a weight a little at a time: a reduction kernel (matmul, conv: OpPatternKind 3
     or 4) or a gather (`take`: an embedding table, of which each call reads a few rows)."""
@@ -119,14 +130,16 @@ def fuse_weight_decode(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         bindings = []
         for b in blk.bindings:
             v = b.value
-            fn = _primitive(v, mod)
+            fn = _primitive(v, mod) or (_as_primitive(v) if _is_call_tir(v) else None)
             if fn is not None and _reads_weights(fn, mod):
-                for i, a in enumerate(v.args):
+                args = list(v.args) if isinstance(v.op, tvm.ir.GlobalVar) else list(v.args[1].fields)
+                name = (v.op if isinstance(v.op, tvm.ir.GlobalVar) else v.args[0]).name_hint
+                for i, a in enumerate(args):
                     inputs = _decode_inputs(bound.get(a), mod, weights) if uses.get(a) == 1 else None
                     if inputs is not None:
                         fn = _with_decode(fn, i, bound[a], inputs, mod)
-                        gv = bb.add_func(fn, f"fused_{_decode_name(bound[a])}_{_bare(v.op.name_hint)}")
-                        v = relax.Call(gv, [x for j, x in enumerate(v.args) if j != i] + inputs)
+                        gv = bb.add_func(fn, f"fused_{_decode_name(bound[a])}_{_bare(name)}")
+                        v = relax.Call(gv, [x for j, x in enumerate(args) if j != i] + inputs)
                         break  # one weight per kernel: a matmul or conv reads one
             bindings.append(relax.VarBinding(b.var, v) if v is not b.value else b)
         blocks.append(type(blk)(bindings))
