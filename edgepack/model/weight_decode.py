@@ -23,6 +23,7 @@ from .tir import region_tensor
 
 INJECTIVE = 2  # TVM's OpPatternKind: 0 elementwise, 1 broadcast, 2 injective
 CALL_TIR = tvm.ir.Op.get("relax.call_tir")
+DECODE_INPUT = "ep_wdec"  # name of the parameters fuse_weight_decode adds (TVM's own are t<i>, lv<i>, ...)
 
 
 def _is_call_tir(value) -> bool:
@@ -109,7 +110,8 @@ def _decode_bindings(value, mod: tvm.IRModule, params: list, ty) -> tuple[list, 
 
 def _with_decode(func: relax.Function, index: int, decode, inputs: list, mod: tvm.IRModule) -> relax.Function:
     """`func` with its parameter `index` computed inside by `decode` from new parameters, one per input."""
-    new_params = [relax.Var(f"w{i}", a.ty) for i, a in enumerate(inputs)]  # a primitive function takes no constant
+    # a primitive function takes no constant; the names mark the decode's inputs for inline_weight_decode
+    new_params = [relax.Var(f"{DECODE_INPUT}{i}", a.ty) for i, a in enumerate(inputs)]
     bindings, result = _decode_bindings(decode, mod, new_params, func.params[index].ty)
     inner = func.bind_params({func.params[index]: result})
     block = inner.body.blocks[0]
@@ -149,10 +151,14 @@ def fuse_weight_decode(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
 
 
 def inline_weight_decode(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    """Inline into each block the spatial blocks it reads that compute from parameters only, directly or
-    through other such blocks (a Cast then a Mul): the weight's decode, now read where it is used."""
+    """Inline into each block the spatial blocks it reads that compute from the decode's inputs only (the
+    parameters fuse_weight_decode added), directly or through other such blocks (a Cast then a Mul): the
+    weight's decode, now read where it is used. Other blocks of parameters (an input's padding, a reshape
+    of batch-norm statistics) stay: the schedules rely on them."""
+    params = {p.name for p in func.params if getattr(p, "shape", None) is not None and p.name.startswith(DECODE_INPUT)}
+    if not params:
+        return func
     sch = s_tir.Schedule(tvm.IRModule({"main": func}))
-    params = {p.name for p in func.params if getattr(p, "shape", None) is not None}
     changed = False
     readers = [b for b in sch.get_child_blocks(sch.get_sblock("root")) if not _decodes(sch, b, params)]
     for blk in readers:
@@ -167,7 +173,7 @@ def inline_weight_decode(func: tirx.PrimFunc) -> tirx.PrimFunc:
 
 
 def _decodes(sch: s_tir.Schedule, blk, params: set) -> bool:
-    """A spatial block whose inputs are parameters, or outputs of such blocks."""
+    """A spatial block whose inputs are decode inputs (`params`), or outputs of such blocks."""
     st = sch.get(blk)
     if any(iv.iter_type != 0 for iv in st.iter_vars) or any(region_tensor(w) in params for w in st.writes):
         return False
