@@ -62,7 +62,7 @@ def _decode_inputs(value, mod: tvm.IRModule, weights: set) -> list | None:
 
 def _as_primitive(call) -> relax.Function | None:
     """A lone call_tir (FuseOps leaves a group of one op unwrapped) as a one-call primitive function."""
-    if len(call.args) > 2:  # tir_vars: symbolic shapes passed apart; not wrapped
+    if len(call.args) > 2 or not isinstance(call.ty, relax.TensorType):  # tir_vars, or a tuple (Split): not wrapped
         return None
     params = [relax.Var(f"a{i}", a.ty) for i, a in enumerate(call.args[1].fields)]
     out = relax.Var("out", call.ty)
@@ -71,13 +71,17 @@ def _as_primitive(call) -> relax.Function | None:
     return relax.Function(params, body, call.ty, True).with_attr("Primitive", True)
 
 
-def _reads_weights(fn: relax.Function, mod: tvm.IRModule) -> bool:
-    """A fused group that reads a weight a little at a time: a reduction kernel (matmul, conv: OpPatternKind 3
+def _reads_weight(call, mod: tvm.IRModule) -> bool:
+    """A call_tir that reads a weight a little at a time: a reduction kernel (matmul, conv: OpPatternKind 3
     or 4) or a gather (`take`: an embedding table, of which each call reads a few rows)."""
-    calls = [b.value for blk in fn.body.blocks for b in blk.bindings if _is_call_tir(b.value)]
-    pats = [mod[c.args[0]].attrs.get("op_pattern") if mod[c.args[0]].attrs else None for c in calls]
-    return any(p is not None and int(p) > INJECTIVE for p in pats) or \
-        any(c.args[0].name_hint.startswith("take") for c in calls)
+    attrs = mod[call.args[0]].attrs
+    pattern = attrs.get("op_pattern") if attrs else None
+    return (pattern is not None and int(pattern) > INJECTIVE) or call.args[0].name_hint.startswith("take")
+
+
+def _reads_weights(fn: relax.Function, mod: tvm.IRModule) -> bool:
+    """A fused group with such a call in it."""
+    return any(_is_call_tir(b.value) and _reads_weight(b.value, mod) for blk in fn.body.blocks for b in blk.bindings)
 
 
 def _bare(name: str) -> str:
@@ -132,7 +136,7 @@ def fuse_weight_decode(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         bindings = []
         for b in blk.bindings:
             v = b.value
-            fn = _primitive(v, mod) or (_as_primitive(v) if _is_call_tir(v) else None)
+            fn = _primitive(v, mod) or (_as_primitive(v) if _is_call_tir(v) and _reads_weight(v, mod) else None)
             if fn is not None and _reads_weights(fn, mod):
                 args = list(v.args) if isinstance(v.op, tvm.ir.GlobalVar) else list(v.args[1].fields)
                 name = (v.op if isinstance(v.op, tvm.ir.GlobalVar) else v.args[0]).name_hint
