@@ -8,8 +8,8 @@ weight's size in the arena) and `fused_matmul_add(x, w, b)`. Two steps join them
 
 - `fuse_weight_decode` (a Relax pass between FuseOps and FuseTIR): when a fused function's argument is the
   single-use result of an elementwise kernel, or of a fused group of them (Cast + Mul), whose inputs are all
-  weights (model parameters or constants), that call moves into the fused function, which takes the int8 weight (and its scales) instead. FuseTIR then
-  makes one PrimFunc of them.
+  weights (model parameters or constants), one of them int8 or uint8, that call moves into the fused
+  function, which takes the int8 weight (and its scales) instead. FuseTIR then makes one PrimFunc of them.
 - `inline_weight_decode` (TIR, per kernel): the decode block is computed inline where the reduction reads
   it, so the kernel reads W8[k, j] and converts it in registers; the float weight never exists.
 """
@@ -23,6 +23,7 @@ from .tir import region_tensor
 
 INJECTIVE = 2  # TVM's OpPatternKind: 0 elementwise, 1 broadcast, 2 injective
 CALL_TIR = tvm.ir.Op.get("relax.call_tir")
+QUANTISED = ("int8", "uint8")  # a decode reads at least one of these: the stored weight
 DECODE_INPUT = "ep_wdec"  # name of the parameters fuse_weight_decode adds (TVM's own are t<i>, lv<i>, ...)
 
 
@@ -57,7 +58,8 @@ def _decode_inputs(value, mod: tvm.IRModule, weights: set) -> list | None:
     else:
         return None
     weight = lambda a: isinstance(a, tvm.ir.expr.Constant) or (isinstance(a, relax.Var) and a in weights)  # noqa: E731
-    return inputs if ok and all(weight(a) for a in inputs) else None
+    quantised = any(str(getattr(a.ty, "dtype", "")) in QUANTISED for a in inputs)  # float models stay as they were
+    return inputs if ok and quantised and all(weight(a) for a in inputs) else None
 
 
 def _as_primitive(call) -> relax.Function | None:
