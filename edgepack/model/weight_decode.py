@@ -40,10 +40,17 @@ def _primitive(value, mod: tvm.IRModule) -> relax.Function | None:
     return None
 
 
+def _op_pattern(call, mod: tvm.IRModule) -> int | None:
+    """The OpPatternKind AnnotateTIROpPattern gave a call_tir's kernel."""
+    attrs = mod[call.args[0]].attrs
+    pattern = attrs.get("op_pattern") if attrs else None
+    return None if pattern is None else int(pattern)
+
+
 def _elementwise_tir(call, mod: tvm.IRModule) -> bool:
     """A call_tir of an injective kernel with static shapes (no tir_vars)."""
-    pattern = mod[call.args[0]].attrs.get("op_pattern") if mod[call.args[0]].attrs else None
-    return pattern is not None and int(pattern) <= INJECTIVE and len(call.args) <= 2
+    pattern = _op_pattern(call, mod)
+    return pattern is not None and pattern <= INJECTIVE and len(call.args) <= 2
 
 
 def _decode_inputs(value, mod: tvm.IRModule, weights: set) -> list | None:
@@ -76,9 +83,8 @@ def _as_primitive(call) -> relax.Function | None:
 def _reads_weight(call, mod: tvm.IRModule) -> bool:
     """A call_tir that reads a weight a little at a time: a reduction kernel (matmul, conv: OpPatternKind 3
     or 4) or a gather (`take`: an embedding table, of which each call reads a few rows)."""
-    attrs = mod[call.args[0]].attrs
-    pattern = attrs.get("op_pattern") if attrs else None
-    return (pattern is not None and int(pattern) > INJECTIVE) or call.args[0].name_hint.startswith("take")
+    pattern = _op_pattern(call, mod)
+    return (pattern is not None and pattern > INJECTIVE) or call.args[0].name_hint.startswith("take")
 
 
 def _reads_weights(fn: relax.Function, mod: tvm.IRModule) -> bool:
