@@ -29,8 +29,11 @@ HW = Hardware(lanes=8, registers=16, cores=2)
 
 
 def test_samples():
-    s = make_samples("8", SEQ)
-    assert s.values[0] == 1 and s.values[-1] == 256 and len(s.values) == 8 and sum(s.weights) == pytest.approx(1)
+    s = make_samples("8", SEQ)  # 1..256 is wide: geometric, so the small sizes get samples of their own
+    assert s.values == (1, 2, 5, 11, 24, 53, 116, 256) and sum(s.weights) == pytest.approx(1)
+    assert make_samples("even:8", SEQ).values == (1, 37, 74, 110, 147, 183, 220, 256)
+    assert make_samples("8", DimRange("b", "b", 17, 64)).values == (17, 24, 30, 37, 44, 51, 57, 64)  # narrow: even
+    assert make_samples("geo:8", DimRange("b", "b", 1, 9)).values == (1, 2, 3, 4, 5, 6, 7, 9)  # distinct, in range
     assert make_samples("all", DimRange("b", "b", 3, 6)).values == (3, 4, 5, 6)
     assert make_samples("50", DimRange("b", "b", 1, 4)).values == (1, 2, 3, 4)  # never more than the range
 
@@ -61,7 +64,7 @@ class _Task:
 
 
 def test_budget_split_follows_weight_and_keeps_the_total():
-    samples = {SEQ: make_samples("8", SEQ)}
+    samples = {SEQ: make_samples("even:8", SEQ)}
     tasks = [_Task(1.0), _Task(3.0), _Task(1.0, calls=4)]
     b = split_budget(tasks, samples, 100, [500, 500, 500])
     assert sum(b) == 100 and b[0] < b[1] < b[2]
@@ -73,7 +76,7 @@ def test_budget_split_follows_weight_and_keeps_the_total():
 def _search(seed=0):
     task = TuneTask("d", None, None, "matmul", DenseTask("d", 64, 64, 1, 256), SEQ, 1, "float32")
     task.runs = lambda t: True  # every row tile is aligned for this synthetic task
-    return TaskSearch(task, make_samples("8", SEQ), HW, CostModel(HW), seed=seed)
+    return TaskSearch(task, make_samples("even:8", SEQ), HW, CostModel(HW), seed=seed)
 
 
 def test_proposals_are_new_and_the_budget_is_respected():

@@ -1,4 +1,5 @@
-"""`edgepack tune MODEL --board B --dim seq=1:256 --trials 400 [--db tuning.db] [--samples 8|all|hist.json]`"""
+"""`edgepack tune MODEL --board B --dim seq=1:256 --trials 400 [--db tuning.db]
+[--samples 8|even:8|geo:8|all|hist.json]`"""
 
 from __future__ import annotations
 
@@ -156,7 +157,9 @@ def register(sub) -> None:
     p.add_argument("--trials", type=argtypes.count, default=400,
                    help="measured trials for the whole model (default: 400)")
     p.add_argument("--db", default="tuning.db", help="tuning database, created or resumed (default: tuning.db)")
-    p.add_argument("--samples", default="8", help="shapes to tune for: a count, 'all', or a histogram .json")
+    p.add_argument("--samples", default="8",
+                   help="shapes to tune for: a count (spread evenly, or geometrically over a wide range), "
+                        "even:N, geo:N, 'all', or a histogram .json")
     p.add_argument("--max-kernels", type=argtypes.count,
                    help="micro-kernels per layer (default: the board's tune.max_kernels)")
     p.add_argument("--batch", type=argtypes.count,
