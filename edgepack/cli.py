@@ -38,6 +38,10 @@ def _cmd_build(a: argparse.Namespace) -> int:
               + (f"; untuned: {', '.join(t['untuned'])}" if t["untuned"] else ""))
     print(f"  arena {r.arena_bytes:,} B (tensors {r.tensor_bytes:,} B, vs {r.sum_of_tensor_bytes:,} B unshared), "
           f"weights {r.weights_bytes:,} B, code {r.code_bytes:,} B")
+    if m["memory"].get("float_build"):  # a QDQ model: what its float model would take
+        from .report.markdown import float_saving
+
+        print("  " + float_saving(m["memory"]))
     if m["memory"].get("mcu"):  # a microcontroller: what the firmware image takes of the board's flash and RAM
         print(f"  memory on {m['board']['name']} (from the linker map; also in memory.txt, memory.json):")
         print("\n".join("    " + ln for ln in (r.bundle.path / "memory.txt").read_text().splitlines()[1:]))

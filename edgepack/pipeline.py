@@ -53,6 +53,7 @@ def build_package(model_path: str | Path, board: Board | str = "host", dim_range
     board = load_board(board) if isinstance(board, str) else board
     mcu = mcu_config(board) if is_mcu(board) else None  # bad MCU settings fail before the heavy work
     plan, impls, schedules, tuning = _lower_and_schedule(name, model, dims, board, mcu, schedules, db)
+    float_build = _float_build_memory(name, model, dims)
 
     stage = stage_dir(target)
     try:
@@ -60,6 +61,8 @@ def build_package(model_path: str | Path, board: Board | str = "host", dim_range
         mem = _compile(stage, name, mcu)
         code_bytes = _text_bytes(stage / f"lib{name}.a")
         manifest = _manifest(name, model_path, board, mcu, dims, plan, impls, src, code_bytes, mem, tuning)
+        if float_build:
+            manifest["memory"]["float_build"] = float_build
         manifest["test_cases"] = _test_cases(stage, manifest, model_path, mcu is not None)
         manifest = write_manifest(stage, manifest)
         commit(stage, target)
@@ -94,6 +97,23 @@ def _lower_and_schedule(name: str, model, dims: list[DimRange], board: Board, mc
     _pack_weights(plan, impls)
     bind_row_ranges(plan, impls)
     return plan, impls, schedules, tuning
+
+
+def _float_build_memory(name: str, model, dims: list[DimRange]) -> dict | None:
+    """For a QDQ model: the tensor and weight bytes of the float model it was quantised from (model/float_twin.py),
+    which the memory report sets against the int8 build. None for other models, or when the twin does not lower."""
+    from .codegen.emit_c import layout_weights
+    from .model.float_twin import float_twin
+
+    twin = float_twin(model)
+    if twin is None:
+        return None
+    try:
+        plan = lower_model(name, twin, dims).plan
+    except Exception as e:  # noqa: BLE001 (only a report: the int8 build does not depend on it)
+        log.warning("no float comparison in the memory report: the float twin did not lower (%s)", one_line(e))
+        return None
+    return {"tensor_bytes": plan.arena_bytes, "weights_bytes": len(layout_weights(plan).blob)}
 
 
 @dataclass

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from conftest import EXPORT_DIMS, EXPORTS, have, run_cli, sizes_for
 from test_examples_e2e import _token_inputs
+from test_quant_import import kws_lsb_error, quantize_kws
 
 from edgepack import standin
 from edgepack.board import Connection, load_board
@@ -219,6 +220,18 @@ def test_pytorch_export_with_int8_weights(device, build, board, tmp_path):
     bundle = build("bert_int8", board.name)
     _check(_flashed(device, bundle), bundle, "bert_int8", [{"batch": 1, "seq": 1}, {"batch": 4, "seq": 64}],
            tmp_path, inputs_fn=_token_inputs)
+
+
+def test_quantised_cnn_on_the_stand_in(device, board, tmp_path):
+    """onnxruntime's quantize_static output (QDQ, per-channel int8) as integer C kernels on the device."""
+    from edgepack.pipeline import build_package
+
+    path = quantize_kws(tmp_path)
+    bundle = build_package(path, board.name, {"batch": (1, 3)}, tmp_path / "kws", name="kws").bundle
+    _flashed(device, bundle)
+    run = lambda b, x: np.load(device.run(bundle, [x], tmp_path / f"out{b}")[0])  # noqa: E731
+    err = kws_lsb_error(path, run, [1, 2, 3])
+    assert err <= 1.0, f"{err:.3g} LSB off onnxruntime on {board.name}"
 
 
 def test_cortex_m3_stand_in(build, state_dir, tmp_path, request):

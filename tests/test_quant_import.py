@@ -11,13 +11,14 @@ edgepack.check's onnxruntime session (op by op; exact u8 x u8 integer GEMMs, see
 from __future__ import annotations
 
 import json
+import subprocess
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
-from conftest import EXPORTS, run_cli, sizes_for
+from conftest import EXPORTS, have, run_cli, sizes_for
 from onnx import TensorProto, helper, numpy_helper
 
 from edgepack.check import _reference_session
@@ -191,10 +192,166 @@ def test_inspect_says_how_each_quantised_node_runs():
     assert "com.microsoft::QLinearAdd" in out and "NOT SUPPORTED" not in out
     lines = {ln.split()[0]: ln for ln in out.splitlines()[out.splitlines().index(
         next(ln for ln in out.splitlines() if ln.strip().startswith("quantised nodes"))) + 1:] if ln.startswith("    ")}
-    assert "int32 accumulation" in lines["conv1_quant"]
+    assert "integer (int8 x int8 -> int32, fixed-point requantisation)" in lines["conv1_quant"]
     assert "float fallback" in lines["residual3_quant"]
     assert "integer (on the quantised values)" in lines["pool1"]  # MaxPool on uint8
-    r = run_cli("inspect", str(QUANT / "block_qdq_pc_s8.onnx"))
+    qdq = quant_lines("block_qdq_pc_s8")
+    assert "integer (int8 x int8 -> int32, fixed-point requantisation)" in qdq["fc1"]  # DQ, DQ -> MatMul -> Q
+    assert "folded into the integer op" in qdq["m1_QuantizeLinear"]
+    assert "float fallback (dequantize -> float op -> quantize)" in qdq["gelu_erf"]
+    qdq = quant_lines("convnet_qdq_pc_u8u8")  # asymmetric uint8 weights: integer sums, float requantisation
+    assert "int32 accumulation" in qdq["conv1"] and "integer (on the quantised values)" in qdq["pool1"]
+
+
+def quant_lines(name: str) -> dict[str, str]:
+    """`edgepack inspect`'s quantised-node lines of a test model, by node name."""
+    r = run_cli("inspect", str(QUANT / f"{name}.onnx"))
     assert r.returncode == 0, r.stderr
-    fc1 = next(ln for ln in r.stdout.splitlines() if ln.strip().startswith("fc1 "))
-    assert "float fallback (dequantize -> float op -> quantize)" in fc1
+    return {ln.split()[0]: ln for ln in r.stdout.splitlines() if ln.startswith("    ") and len(ln.split()) > 2}
+
+
+# -- integer kernels end to end (issue 14, step 2) ----------------------------------------------------------
+
+def kws_model(rng: np.random.Generator) -> onnx.ModelProto:
+    """A DS-CNN-shaped float net: Conv 3x3/2 + Relu, depthwise 3x3 + Relu6, pointwise 1x1 + Relu, MaxPool,
+    GlobalAveragePool, Flatten, Gemm; x[batch, 1, 12, 10]."""
+    w = lambda name, *shape: numpy_helper.from_array(  # noqa: E731
+        (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]) or 1)).astype(np.float32), name)
+    inits = [w("c1_w", 16, 1, 3, 3), w("c1_b", 16), w("dw_w", 16, 1, 3, 3), w("dw_b", 16), w("pw_w", 24, 16, 1, 1),
+             w("pw_b", 24), w("fc_w", 6, 24), w("fc_b", 6),
+             numpy_helper.from_array(np.array(0, np.float32), "lo"),
+             numpy_helper.from_array(np.array(6, np.float32), "hi")]
+    mk = helper.make_node
+    nodes = [mk("Conv", ["x", "c1_w", "c1_b"], ["c1"], name="conv1", pads=[1, 1, 1, 1], strides=[2, 2]),
+             mk("Relu", ["c1"], ["r1"], name="relu1"),
+             mk("Conv", ["r1", "dw_w", "dw_b"], ["dw"], name="dw", pads=[1, 1, 1, 1], group=16),
+             mk("Clip", ["dw", "lo", "hi"], ["dwr"], name="relu6"),
+             mk("Conv", ["dwr", "pw_w", "pw_b"], ["pw"], name="pw"),
+             mk("Relu", ["pw"], ["pwr"], name="relu_pw"),
+             mk("MaxPool", ["pwr"], ["mp"], name="pool", kernel_shape=[2, 2], strides=[1, 1]),
+             mk("GlobalAveragePool", ["mp"], ["gap"], name="gap"),
+             mk("Flatten", ["gap"], ["flat"], name="flatten"),
+             mk("Gemm", ["flat", "fc_w", "fc_b"], ["y"], name="fc", transB=1)]
+    g = helper.make_graph(nodes, "kws", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 1, 12, 10])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 6])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def quantize_kws(tmp_path: Path) -> Path:
+    """kws_model through onnxruntime's quantize_static as the issue tried it: QDQ, per-channel int8 weights,
+    int8 activations."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    rng = np.random.default_rng(5)
+    src, dst = tmp_path / "kws.onnx", tmp_path / "kws_qdq.onnx"
+    onnx.save(kws_model(rng), str(src))
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.data = iter([{"x": rng.standard_normal((2, 1, 12, 10)).astype(np.float32)} for _ in range(8)])
+
+        def get_next(self):
+            return next(self.data, None)
+
+    quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
+    return dst
+
+
+@pytest.mark.slow
+def test_qdq_cnn_runs_as_integer_kernels_end_to_end(build_cache, tmp_path):
+    from edgepack.model.qdq_fuse import fusions, integer_ops
+
+    path = quantize_kws(tmp_path)
+    model = onnx.load(str(path))
+    fused = {f.op.name for f in fusions(model)}
+    assert fused == {"conv1", "dw", "pw", "pool", "gap", "flatten", "fc"}, fused
+    ops = [n.op_type for n in integer_ops(model).graph.node]
+    assert ops.count("QuantizeLinear") == 1 and ops.count("DequantizeLinear") == 1, ops  # the model's edges only
+    dims = {"batch": (1, 6)}
+    bundle = build_cache(path, dims, "quant_kws_integer")
+    errs = lsb_errors(bundle, path, size_list(dims))
+    worst = max(errs, key=lambda e: e[2])
+    assert worst[2] <= 1.0, f"{worst[2]:.3g} LSB off onnxruntime at {worst[0]}"
+    plan = json.loads((bundle.path / "plan.json").read_text())
+    between = [t for t in plan["tensors"] if t["kind"] == "arena"]
+    kinds = {t["dtype"] for t in between}  # no float round trip (int32: the pooling's sum before requantisation)
+    assert "int8" in kinds and kinds <= {"int8", "int32"}, kinds
+    mem = bundle.manifest["memory"]
+    assert mem["float_build"]["tensor_bytes"] >= 3.5 * mem["tensor_bytes"], mem  # int8 tensors against float ones
+
+
+def kws_lsb_error(path: Path, run, sizes: list[int]) -> float:
+    """The largest |edgepack - onnxruntime| of the quantised kws net's output over batch `sizes`, in LSB of
+    its scale; run(batch, x) -> edgepack's output on some device."""
+    scale = output_scales(onnx.load(str(path)))["y"]
+    sess = _reference_session(path)
+    worst = 0.0
+    for k, b in enumerate(sizes):
+        x = np.random.default_rng(k).standard_normal((b, 1, 12, 10)).astype(np.float32) * 2
+        worst = max(worst, float(np.abs(run(b, x).astype(np.float64) - sess.run(None, {"x": x})[0]).max()) / scale)
+    return worst
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not have("qemu-aarch64"), reason="needs qemu-user (apt-get install qemu-user)")
+def test_qdq_cnn_integer_kernels_on_aarch64(tmp_path):
+    """The same integer kernels cross-compiled for the Cortex-A72 stand-in (NEON), run under qemu-aarch64."""
+    from edgepack.pipeline import build_package
+
+    path = quantize_kws(tmp_path)
+    bundle = build_package(path, "qemu-aarch64", {"batch": (1, 6)}, tmp_path / "kws").bundle
+
+    def run(b: int, x: np.ndarray) -> np.ndarray:
+        np.save(tmp_path / "x.npy", x)
+        out = tmp_path / f"out{b}"
+        out.mkdir()
+        subprocess.run(["qemu-aarch64", str(bundle.path / "ep"), "run", str(out), str(tmp_path / "x.npy")],
+                       check=True, timeout=300)
+        return np.load(next(out.glob("0_*.npy")))
+
+    err = kws_lsb_error(path, run, sizes_for(1, 6))
+    assert err <= 1.0, f"{err:.3g} LSB off onnxruntime on qemu-aarch64"
+
+
+def test_fixed_point_multiplier_is_exact_and_rounds_half_to_even():
+    from fractions import Fraction
+
+    from edgepack.model.qdq_fuse import fixed_point, requantize_reference
+
+    rng = np.random.default_rng(3)
+    mults = np.concatenate([rng.uniform(1e-6, 2.0, 200), [0.5, 0.25, 1.0, 2.0**-40, 3.0]]).astype(np.float32)
+    m0, shift = fixed_point(mults)
+    for m, a, s in zip(mults, m0, shift):
+        assert 0 < s <= 62 and a < 2**31
+        if s < 62:  # no low bits dropped: m0 / 2^shift is the float32 multiplier exactly
+            assert Fraction(int(a), 2**int(s)) == Fraction(float(m))
+    acc = np.array([1, 3, 5, -1, -3, -5, 7, 2**20 + 1], np.int64)
+    got = requantize_reference(acc, *fixed_point(np.float32(0.5)))  # x.5 exactly: to the even neighbour
+    np.testing.assert_array_equal(got, np.rint(acc * 0.5).astype(np.int64))
+    acc = rng.integers(-2**24, 2**24, 1000)
+    m = np.float32(0.0123)
+    want = [round(Fraction(int(a)) * Fraction(float(m))) for a in acc]  # Python's round: half to even
+    np.testing.assert_array_equal(requantize_reference(acc, *fixed_point(m)), want)
+    assert fixed_point(np.float32(-0.5)) is None and fixed_point(np.float32(2.0**31)) is None
+
+
+def test_float_twin_is_the_model_before_quantisation(tmp_path):
+    from edgepack.model.float_twin import float_twin
+
+    path = quantize_kws(tmp_path)
+    twin = float_twin(onnx.load(str(path)))
+    source = onnx.load(str(tmp_path / "kws.onnx"))
+    folded = ("Relu", "Clip")  # the quantiser drops these: the output's quantisation range clamps at 0 (and 6)
+    ops = lambda m, drop: sorted(n.op_type for n in m.graph.node if n.op_type not in drop)  # noqa: E731
+    assert ops(twin, ("Identity",)) == ops(source, folded)
+    onnx.checker.check_model(twin, full_check=True)
+    values = lambda m: {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}  # noqa: E731
+    src, got = values(source), values(twin)
+    for n in twin.graph.node:
+        if n.op_type in ("Conv", "Gemm"):  # the dequantised int8 weight: within half a step of the float one
+            want = src[next(i for i in source.graph.node if i.name == n.name).input[1]]
+            step = np.abs(want).reshape(len(want), -1).max(1) / 127
+            assert np.all(np.abs(got[n.input[1]] - want).reshape(len(want), -1).max(1) <= step * 0.51), n.name
+    assert float_twin(onnx.load(str(QUANT / "convnet_qop_u8.onnx"))) is None  # QOperator: no twin
+    assert float_twin(source) is None  # nothing to undo

@@ -92,7 +92,8 @@ def _symbolic_allocations(func: tirx.PrimFunc, target: tvm.target.Target, ub: di
             if isinstance(s, tirx.stmt.Bind) and c_ident(s.var.name) not in env:
                 env[c_ident(s.var.name)] = to_sym(s.value).eval(env)
             elif isinstance(s, tirx.stmt.AllocBuffer):
-                n = tvm.DataType(s.buffer.dtype).bits // 8 or 1
+                dt = tvm.DataType(s.buffer.dtype)  # a vector type ("float32x36"): lanes elements each
+                n = dt.bits * dt.lanes // 8 or 1
                 for e in s.buffer.shape:
                     n *= to_sym(e).eval(env)
                 total += align_up(n) + 2 * ALIGN

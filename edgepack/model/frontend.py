@@ -25,11 +25,12 @@ def lower_model(name: str, model: onnx.ModelProto, dims: list[DimRange]):
     from .canonicalize import canonicalize  # TVM-dependent: imported when needed (seconds), not for bad input
     from .lower import import_relax, lower
     from .op_fixes import fix_ops
+    from .qdq_fuse import integer_ops
     from .quant import constant_qparams
 
     ins, outs = onnx_load.graph_inputs(model), onnx_load.graph_outputs(model)
     model = fix_ops(canonicalize(rename_model(model, dims), {d.c_name: (d.lo, d.hi) for d in dims}))
-    model = constant_qparams(model)
+    model = constant_qparams(integer_ops(model))
     lowered = lower(name, import_relax(model), dims)
     for tid, io in zip(lowered.plan.inputs, ins):
         lowered.plan.tensor(tid).name = io.name

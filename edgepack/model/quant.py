@@ -94,14 +94,18 @@ def _along(bb, p, axis: int, ndim: int):
 
 
 def round_half_even(bb, v):
-    """ONNX's rounding of float32 `v`, from floor and compares (the same on every target)."""
+    """ONNX's rounding of float32 `v`, from floor and compares (the same on every target).
+
+    v is compared with floor(v) + 0.5 (exact) rather than v - floor(v) with 0.5: when v is a product, LLVM
+    may contract v - floor(v) into one fused multiply-add, whose unrounded product decides a near-tie
+    differently from onnxruntime (seen: 1 LSB in a uint8 QLinearConv). A compare is never contracted."""
     f = bb.emit(relax.op.floor(v))
-    d = bb.emit(relax.op.subtract(v, f))
     half = _c(0.5)
+    mid = bb.emit(relax.op.add(f, half))
     odd = relax.op.subtract(f, relax.op.multiply(_c(2.0), relax.op.floor(relax.op.multiply(f, half))))
     tie = bb.emit(relax.op.add(f, odd))
     up = bb.emit(relax.op.add(f, _c(1.0)))
-    return bb.emit(relax.op.where(relax.op.greater(d, half), up, relax.op.where(relax.op.less(d, half), f, tie)))
+    return bb.emit(relax.op.where(relax.op.greater(v, mid), up, relax.op.where(relax.op.less(v, mid), f, tie)))
 
 
 def _is_zero(zp) -> bool:
@@ -311,8 +315,16 @@ class QLinearLeakyRelu(_Unary):
 
 
 class QLinearGlobalAveragePool(frontend.OnnxOpConverter):
+    """int32 sum of the int8 values as they are (the cast inside the sum's own kernel, so the tensor before it
+    stays int8), minus n * x_zp, requantised by x_scale / (y_scale * n) in fixed point (onnxruntime's
+    multiplier, in float32)."""
+
     @classmethod
     def _impl_v1(cls, bb, inputs, attr, params):
+        from tvm import te
+
+        from .qdq_fuse import fixed_point
+
         x, x_scale, x_zp, y_scale = inputs[:4]
         y_zp = _opt(inputs, 4)
         nd = _ndim(x)
@@ -324,18 +336,100 @@ class QLinearGlobalAveragePool(frontend.OnnxOpConverter):
             if not hasattr(shape[a], "value"):
                 raise ModelError("QLinearGlobalAveragePool over a dynamic spatial size is not supported")
             n *= int(shape[a].value)
-        acc = bb.emit(relax.op.sum(_centered(bb, x, x_zp, 0), axis=axes, keepdims=True))
-        # onnxruntime: x_scale / (y_scale * image size), applied to the int32 sum
-        mult = bb.emit(relax.op.divide(_f32(bb, x_scale), relax.op.multiply(_f32(bb, y_scale), _c(float(n)))))
-        v = bb.emit(relax.op.multiply(_f32(bb, acc), mult))
-        return saturate(bb, v, y_zp, _zp_dtype(y_zp))
+        vals = [_value(v) if v is not None else np.zeros((), np.uint8) for v in (x_scale, x_zp, y_scale, y_zp)]
+        if any(v is None for v in vals):
+            raise ModelError("QLinearGlobalAveragePool with scales computed at run time is not supported")
+        xs, zx, ys, zy = vals
+        m = np.float32(xs.reshape(())) / (np.float32(ys.reshape(())) * np.float32(n))
+        m0, shift = fixed_point(m)
+        dtype = _zp_dtype(y_zp)
+
+        def int_sum(data):
+            red = [te.reduce_axis((0, shape[a]), name=f"r{a}") for a in axes]
+
+            def f(*i):
+                idx, k = [], 0
+                for d in range(nd):
+                    if d in axes:
+                        idx.append(red[k])
+                        k += 1
+                    else:
+                        idx.append(i[d])
+                return te.sum(data(*idx).astype("int32"), axis=red)
+            return te.compute([1 if d in axes else shape[d] for d in range(nd)], f, name="sum_int32")
+
+        acc = bb.emit_te(int_sum, x, primfunc_name_hint="sum")
+        i64 = lambda v: relax.const(np.int64(v), "int64")  # noqa: E731
+        return _fixed_point_requantize(bb, acc, relax.const(np.int32(-n * int(zx.reshape(()))), "int32"),
+                                       i64(m0), i64((1 << (int(shift) - 1)) - 1), i64(shift), int(zy.reshape(())),
+                                       dtype)
+
+
+# -- edgepack's integer ops (model/qdq_fuse.py writes them) ----------------------------------------------------
+
+def _fixed_point_requantize(bb, acc, bias, m0, rnd, shift, zp: int, dtype: str):
+    """int32 accumulator + bias -> round_half_even(acc * m0 / 2^shift) + zp, saturated to int8/uint8: int64
+    arithmetic (a 32x32 -> 64 multiply: SMULL on Arm), the same on every target. model/qdq_fuse.py's
+    `fixed_point` makes m0 and shift, `requantize_reference` is the same arithmetic in numpy. m0, the rounding
+    constant 2^(shift-1) - 1 and shift are int64 constants: narrower ones and a cast in the epilogue would be
+    folded back into int64 constants by Relax's constant folding."""
+    acc = bb.emit(relax.op.add(acc, bias))
+    v = bb.emit(relax.op.multiply(relax.op.astype(acc, "int64"), m0))
+    odd = relax.op.bitwise_and(relax.op.right_shift(v, shift), relax.const(1, "int64"))
+    q = bb.emit(relax.op.right_shift(relax.op.add(relax.op.add(v, rnd), odd), shift))
+    if zp:
+        q = bb.emit(relax.op.add(q, relax.const(zp, "int64")))
+    lo, hi = _LIMITS[dtype]
+    q = bb.emit(relax.op.minimum(relax.op.maximum(q, relax.const(lo, "int64")), relax.const(hi, "int64")))
+    return bb.emit(relax.op.astype(q, dtype))
+
+
+def _ep_requantize(bb, acc, inputs, attr):
+    """The requantisation of an EpQConv / EpQMatMul: bias, m0, rounding and shift are its inputs 2-5."""
+    return _fixed_point_requantize(bb, acc, *inputs[2:6], int(attr["y_zero_point"]),
+                                   "int8" if attr["signed"] else "uint8")
+
+
+class EpQConv(frontend.OnnxOpConverter):
+    """int8/uint8 x int8 -> int32 conv2d on the tensors as they are (the input's zero point is in the bias),
+    then the fixed-point requantisation. A padded input is padded with its zero point, inside the conv's own
+    kernel as TVM pads a float conv with zeros (a separate pad would be a kernel and a tensor of its own)."""
+
+    @classmethod
+    def _impl_v1(cls, bb, inputs, attr, params):
+        from tvm import topi
+
+        x, w = inputs[0], inputs[1]
+        t, left, b, r = (list(attr.get("pads", [0, 0, 0, 0])) + [0] * 4)[:4]
+        zx = int(attr.get("x_zero_point", 0))
+        conv = dict(stride=tuple(attr.get("strides", [1, 1])), dilation=tuple(attr.get("dilations", [1, 1])),
+                    groups=int(attr.get("group", 1)), data_layout="NCHW", kernel_layout="OIHW", out_dtype="int32")
+
+        def padded_conv(data, weight):
+            data = topi.nn.pad(data, [0, 0, t, left], [0, 0, b, r], pad_value=zx, name="pad_temp")
+            return topi.nn.conv(data, weight, padding=0, **conv)
+
+        if zx and (t or left or b or r):
+            acc = bb.emit_te(padded_conv, x, w, primfunc_name_hint="conv2d")
+        else:
+            acc = bb.emit_te(topi.nn.conv, x, w, padding=(t, left, b, r), **conv, primfunc_name_hint="conv2d")
+        return _ep_requantize(bb, acc, inputs, attr)
+
+
+class EpQMatMul(frontend.OnnxOpConverter):
+    """int8/uint8 x int8 -> int32 matmul (W[k, n] a constant), then the fixed-point requantisation."""
+
+    @classmethod
+    def _impl_v1(cls, bb, inputs, attr, params):
+        acc = bb.emit(relax.op.matmul(inputs[0], inputs[1], out_dtype="int32"))
+        return _ep_requantize(bb, acc, inputs, attr)
 
 
 def converters() -> dict:
     """Added to (and, for QuantizeLinear and DynamicQuantizeLinear, replacing) TVM's converter map."""
     return {c.__name__: c for c in (QuantizeLinear, DynamicQuantizeLinear, ConvInteger, QLinearConv,
                                     QLinearMatMul, QGemm, QLinearAdd, QLinearMul, QLinearSigmoid,
-                                    QLinearLeakyRelu, QLinearGlobalAveragePool)}
+                                    QLinearLeakyRelu, QLinearGlobalAveragePool, EpQConv, EpQMatMul)}
 
 
 # -- ONNX rewrite before import -----------------------------------------------------------------------------

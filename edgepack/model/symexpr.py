@@ -8,9 +8,10 @@ from tvm import tirx
 from ..errors import ModelError
 from .plan import SymExpr, c_ident
 
-# Dims are non-negative, so floordiv/floormod are C's / and % (SymExpr's "/" and "%").
+# Dims are non-negative, so floordiv/floormod, and the truncating div/mod TVM's CSE writes for them, are C's
+# / and % (SymExpr's "/" and "%").
 _BINARY = {
-    tirx.Add: "+", tirx.Sub: "-", tirx.Mul: "*", tirx.FloorDiv: "/", tirx.FloorMod: "%",
+    tirx.Add: "+", tirx.Sub: "-", tirx.Mul: "*", tirx.FloorDiv: "/", tirx.FloorMod: "%", tirx.Div: "/", tirx.Mod: "%",
     tirx.Max: "max", tirx.Min: "min",
 }
 

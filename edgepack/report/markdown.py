@@ -70,8 +70,17 @@ def comparison_rows(new: Run, old: Run, new_label: str, old_label: str) -> tuple
 
 def memory_line(run: Run) -> str:
     m = run.memory
-    return (f"arena {m['arena_bytes']:,} B (tensors {m.get('tensor_bytes', 0):,} B + workspace), "
+    line = (f"arena {m['arena_bytes']:,} B (tensors {m.get('tensor_bytes', 0):,} B + workspace), "
             f"weights {m['weights_bytes']:,} B, code {m['code_bytes']:,} B")
+    return line + ("; " + float_saving(m) if m.get("float_build") else "")
+
+
+def float_saving(memory: dict) -> str:
+    """A quantised package's tensors and weights against the float build of the same model."""
+    f = memory["float_build"]
+    part = lambda what, q, fl: f"{what} {q:,} B vs {fl:,} B (x{fl / max(q, 1):.2f} smaller)"  # noqa: E731
+    return ("against the float build: " + part("tensors", memory["tensor_bytes"], f["tensor_bytes"]) + ", "
+            + part("weights", memory["weights_bytes"], f["weights_bytes"]))
 
 
 def _table(head: list[str], rows: list[list[str]]) -> list[str]:

@@ -121,7 +121,9 @@ JSON_SCHEMA = {
                                     "profile": _BOOL, "rounds": _INT, "cooldown_ms": _INT}},
         "memory": {"type": "object", "required": ["arena_bytes", "weights_bytes", "code_bytes"],
                    "properties": {k: _INT for k in ("arena_bytes", "tensor_bytes", "workspace_per_thread",
-                                                    "weights_bytes", "code_bytes")}},
+                                                    "weights_bytes", "code_bytes")} | {
+                       "float_build": {"type": "object", "required": ["tensor_bytes", "weights_bytes"],
+                                       "properties": {"tensor_bytes": _INT, "weights_bytes": _INT}}}},
         "baseline": {"type": ["object", "null"], "required": ["name", "version", "threads"],
                      "properties": {"name": _STR, "version": _STR, "threads": {"type": "array", "items": _INT}}},
         "sizes": {"type": "array", "items": _SIZE, "minItems": 1},

@@ -24,7 +24,7 @@ import tvm
 import tvm.sym
 from tvm import s_tir, tirx
 
-from .dense import _fuse_epilogue
+from .dense import _consumers_deep, _fuse_epilogue
 
 CONV_BLOCKS = ("conv2d_nchw", "group_conv2d_nchw", "depthwise_conv2d_nchw")
 MAX_ROWS = 2  # output rows per depthwise tile: more rows (7, 14) measured slower on the host
@@ -190,18 +190,6 @@ def _vectorize_epilogue(sch: s_tir.Schedule, blk) -> None:
             sch.vectorize(loops[-1])
         except Exception:  # ScheduleError: an epilogue left outside the tile (whole rows); still correct
             pass
-
-
-def _consumers_deep(sch: s_tir.Schedule, blk) -> list:
-    out, seen, frontier = [], set(), list(sch.get_consumers(blk))
-    while frontier:
-        c = frontier.pop(0)
-        if sch.get(c).name_hint in seen:  # epilogues are DAGs (x - floor(x)): each block once
-            continue
-        seen.add(sch.get(c).name_hint)
-        out.append(c)
-        frontier.extend(sch.get_consumers(c))
-    return out
 
 
 def _schedule_padding(sch: s_tir.Schedule, pads: list, at, stride: int, parallel: bool, vectorize: bool) -> None:

@@ -91,6 +91,8 @@ def schedule_dense(func: tirx.PrimFunc, block: str, tiles: DenseTiles, parallel:
 def _fuse_epilogue(sch: s_tir.Schedule, blk, loop, vectorize: bool = False) -> None:
     """Compute the consumers (bias, activation, residual) on each tile while it is in registers; with
     `vectorize`, over the tile's columns in vectors (a GELU's polynomial costs as much as the tile's FMAs)."""
+    if str(sch.get(blk).body.buffer.dtype) == "int32":  # an integer kernel
+        _inline_integer_epilogue(sch, blk)
     frontier = list(sch.get_consumers(blk))
     while frontier:
         c = frontier.pop(0)
@@ -102,6 +104,31 @@ def _fuse_epilogue(sch: s_tir.Schedule, blk, loop, vectorize: bool = False) -> N
         if vectorize and isinstance(sch.get(inner).extent, tirx.IntImm):
             sch.vectorize(inner)
         frontier.extend(sch.get_consumers(c))
+
+
+def _inline_integer_epilogue(sch: s_tir.Schedule, blk) -> None:
+    """An int32 accumulator's requantisation (bias, int64 multiply, rounding shift, clamp: a DAG of a dozen
+    element-wise blocks on int32/int64) inlined into the cast to int8 that ends it: left as blocks, the ones
+    that feed two others stay whole tensors. What follows the cast (a float fallback's chain) is left to
+    `_fuse_epilogue`: inlined too, its reuses (x * sigmoid(x)) would copy the expression at every read."""
+    for c in _consumers_deep(sch, blk, lambda b: str(sch.get(b).body.buffer.dtype) in ("int32", "int64")):
+        try:
+            sch.compute_inline(c)
+        except Exception:  # ScheduleError: not element-wise (a broadcast read, a reduction): kept
+            pass
+
+
+def _consumers_deep(sch: s_tir.Schedule, blk, through=lambda b: True) -> list:
+    """Every block downstream of `blk` (only through blocks `through` accepts), each once, nearest first."""
+    out, seen, frontier = [], set(), list(sch.get_consumers(blk))
+    while frontier:
+        c = frontier.pop(0)
+        if sch.get(c).name_hint in seen or not through(c):  # epilogues are DAGs (x - floor(x)): each block once
+            continue
+        seen.add(sch.get(c).name_hint)
+        out.append(c)
+        frontier.extend(sch.get_consumers(c))
+    return out
 
 
 def schedule_matmul_rowwise(func: tirx.PrimFunc, block: str, vectorize: bool = True,

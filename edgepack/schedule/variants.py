@@ -138,6 +138,7 @@ def generic_schedule(func: tirx.PrimFunc, target, vectorize: bool = True, parall
         return func
     from tvm.s_tir import dlight as dl
 
+    func = inline_elementwise(func)
     try:
         with target:
             out = dl.ApplyDefaultSchedule(dl.cpu.Reduction(), dl.cpu.GEMV())(tvm.IRModule({"main": func}))["main"]
@@ -148,6 +149,26 @@ def generic_schedule(func: tirx.PrimFunc, target, vectorize: bool = True, parall
     except Exception:  # a rule that does not apply to this kernel's shape of loops
         pass
     return row_fusion(func, parallel)
+
+
+def inline_elementwise(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """A kernel of element-wise blocks only (a QuantizeLinear's rounding: floor, compares, selects) as one
+    block: each intermediate would otherwise be a whole tensor of workspace. Inlining copies a block's
+    expression at every read, so a chain that reads its values many times is left as it was."""
+    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+    try:
+        blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    except Exception:  # no root block (already lowered)
+        return func
+    if len(blocks) < 2 or any(iv.iter_type != 0 for b in blocks for iv in sch.get(b).iter_vars):
+        return func
+    for b in blocks[:-1]:
+        try:
+            sch.compute_inline(b)
+        except Exception:  # ScheduleError: a block that cannot be inlined stays as it is
+            pass
+    out = sch.mod["main"]
+    return out if len(out.script()) <= 4 * len(func.script()) else func
 
 
 def row_fusion(func: tirx.PrimFunc, parallel: bool = True) -> tirx.PrimFunc:
