@@ -133,10 +133,15 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true", help="per-kernel times (kept at each model's worst size)")
     ap.add_argument("--tag", default="untuned", help="result file suffix, e.g. before / after")
     a = ap.parse_args()
-    out = RESULTS / f"cnn_zoo_{a.tag}.json"
+    run_zoo(RESULTS / f"cnn_zoo_{a.tag}.json", run_model, a,
+            "onnxruntime median / edgepack median, same run (> 1: edgepack faster)")
+
+
+def run_zoo(out: Path, run_model, a, ratio: str) -> None:
+    """run_model(name, tmp, a) for each of a.models, into `out` (other models' earlier entries kept), saved
+    after each model."""
     doc = json.loads(out.read_text()) if out.exists() else {}
-    doc |= {"created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cpu": cpu_facts(),
-            "ratio": "onnxruntime median / edgepack median, same run (> 1: edgepack faster)"}
+    doc |= {"created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cpu": cpu_facts(), "ratio": ratio}
     models = doc.setdefault("models", {})
     with tempfile.TemporaryDirectory() as tmp:
         for name in a.models.split(","):
