@@ -75,6 +75,13 @@ class Board:
         t = self.target
         return 32 if t.vector_bits >= 512 or t.triple.startswith("aarch64") else 16
 
+    @property
+    def int8_dot(self) -> str:
+        """The int8 dot-product instruction integer kernels can use (schedule/int8_dot.py): "avx2" on x86_64 with
+        256-bit vectors or more (AVX2's vpmaddwd), else "" (the vectorizer's multiply-add)."""
+        t = self.target
+        return "avx2" if t.kind == "llvm" and t.triple.startswith("x86_64") and t.vector_bits >= 256 else ""
+
     def tvm_target(self):
         """The TVM target dict (strings are rejected: docs/tvm-facts.md#target-dicts)."""
         import tvm

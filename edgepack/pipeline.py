@@ -224,7 +224,7 @@ def _check_static_memory(plan, dims: list[DimRange]) -> None:
 
 
 def _packed_args(plan, impls):
-    """(kernel, weight tensor id, panel) for every packed weight argument of every call."""
+    """(kernel, weight tensor id, (panel, pair)) for every packed weight argument of every call."""
     return [(c.kernel, c.args[pi], panel) for c in plan.calls for pi, panel in impls[c.kernel].packed.items()]
 
 
@@ -249,7 +249,7 @@ def _pack_weights(plan, impls) -> None:
             continue
         done.add(tid)
         i = plan.params.index(tid)
-        plan.param_values[i] = pack_array(plan.param_values[i], panel)
+        plan.param_values[i] = pack_array(plan.param_values[i], *panel)
         plan.tensor(tid).shape = [SymExpr.const(d) for d in plan.param_values[i].shape]
 
 

@@ -74,8 +74,12 @@ def test_default_tiles_fit_the_board_and_stay_predicate_free(conv_zoo, lanes, re
         ext = extents_of(func, block)
         t = ConvTiles.default(ext, lanes, registers)
         assert ext.f % t.oc == 0 and ext.h % t.oh == 0 and ext.cols % t.ow == 0
-        assert t.ow <= lanes or t.ow % lanes == 0  # wider odd vectors are slow in LLVM
-        assert t.oc * t.oh * vectors(t.ow, lanes) <= registers - 4
+        if t.cvec:  # pointwise as channel vectors x unrolled pixels: 49 and 196 pixels fill no whole vectors
+            assert ext.flat and t.oc % lanes == 0 and t.ow * (t.oc // lanes) <= registers - 4
+        else:
+            assert t.ow <= lanes or t.ow % lanes == 0  # wider odd vectors are slow in LLVM
+            assert t.oc * t.oh * vectors(t.ow, lanes) <= registers - 4
+        assert t.cvec == (ext.flat and ext.cols % lanes != 0), (ext, t)
         text = schedule_conv(func, block, t, parallel=True).script()
         assert "T.where" not in text and "T.vectorized" in text and "T.parallel" in text, block
         assert "if_then_else" not in text  # padding: zero fill and interior copy, no per-element check

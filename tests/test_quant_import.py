@@ -281,6 +281,35 @@ def test_qdq_cnn_runs_as_integer_kernels_end_to_end(build_cache, tmp_path):
     assert mem["float_build"]["tensor_bytes"] >= 3.5 * mem["tensor_bytes"], mem  # int8 tensors against float ones
 
 
+def test_int8_pointwise_kernel_uses_the_board_dot_instruction(tmp_path):
+    """The kws net's int8 pointwise conv: channel vectors with AVX2's vpmaddwd where the board has it (its
+    weights packed in pairs), the vectorizer's multiply-add where it has none (aarch64 here); the compiled
+    host kernel holds the instruction."""
+    import tvm
+
+    from edgepack.board import load_board
+    from edgepack.pipeline import lower_model, prepare
+    from edgepack.schedule.conv import conv_block, extents_of
+    from edgepack.schedule.defaults import schedules_for
+    from edgepack.schedule.variants import make_variants
+
+    model, dims = prepare(quantize_kws(tmp_path), {"batch": (1, 6)})
+    kernels = lower_model("kws", model, dims).kernels
+    name, func = next((k, f) for k, f in kernels.items() if (b := conv_block(f)) and extents_of(f, b).flat)
+    assert extents_of(func, conv_block(func)).integer
+    host = load_board("host")
+    for board in (host, load_board("rpi4")):
+        impl = make_variants(name, func, schedules_for(board))
+        kernel = impl.variants[0].func
+        assert ("llvm.x86.avx2.pmadd.wd" in kernel.script()) == (board.int8_dot == "avx2"), board.name
+        (panel, pair), = impl.packed.values()
+        assert pair == (2 if board.int8_dot else 1) and panel % 8 == 0, impl.packed
+        if board.int8_dot == "avx2":
+            lib = tvm.compile(tvm.IRModule({"main": kernel.with_attr("global_symbol", "main")}), target=host.tvm_target())
+            assert "vpmaddwd" in lib.mod.inspect_source("asm")
+    assert load_board("rpi4").int8_dot == ""
+
+
 def kws_lsb_error(path: Path, run, sizes: list[int]) -> float:
     """The largest |edgepack - onnxruntime| of the quantised kws net's output over batch `sizes`, in LSB of
     its scale; run(batch, x) -> edgepack's output on some device."""
@@ -334,6 +363,33 @@ def test_fixed_point_multiplier_is_exact_and_rounds_half_to_even():
     want = [round(Fraction(int(a)) * Fraction(float(m))) for a in acc]  # Python's round: half to even
     np.testing.assert_array_equal(requantize_reference(acc, *fixed_point(m)), want)
     assert fixed_point(np.float32(-0.5)) is None and fixed_point(np.float32(2.0**31)) is None
+
+
+def test_kernel_requantisation_is_the_reference_arithmetic():
+    """model/quant.py's requantisation kernel (int32 constants, the rounding shift on uint64) compiled for the
+    host equals `requantize_reference` bit for bit: every shift 1..62, ties, extreme accumulators, saturation."""
+    import tvm
+    from tvm import te
+
+    from edgepack.model.qdq_fuse import fixed_point, requantize_reference
+    from edgepack.model.quant import _requantize_te
+
+    rng = np.random.default_rng(7)
+    mults = np.concatenate([2.0 ** -np.arange(0, 62, dtype=np.float64), rng.uniform(1e-9, 4.0, 64)]).astype(np.float32)
+    m0, shift = fixed_point(mults)
+    ch = len(mults)
+    lim = 2**31 - 1001  # acc + bias within int32, as a kernel's are
+    acc = np.concatenate([rng.integers(-lim, lim, (200, ch)), np.full((1, ch), -lim), np.full((1, ch), lim),
+                          np.arange(-8, 8)[:, None].repeat(ch, 1)]).astype(np.int32)
+    bias = rng.integers(-1000, 1000, ch).astype(np.int32)
+    tensors = [te.placeholder(acc.shape, "int32"), *(te.placeholder((ch,), "int32") for _ in range(3))]
+    out = _requantize_te(*tensors, zp=3, dtype="int8")
+    lib = tvm.compile(te.create_prim_func([*tensors, out]), target="llvm")
+    got = tvm.runtime.tensor(np.zeros(acc.shape, np.int8))
+    lib(*(tvm.runtime.tensor(a) for a in (acc, bias, m0.astype(np.int32), shift.astype(np.int32))), got)
+    q = requantize_reference(acc.astype(np.int64) + bias, m0, shift) + 3
+    np.testing.assert_array_equal(got.numpy(), np.clip(q, -128, 127).astype(np.int8))
+    assert (np.abs(q) < 128).mean() > 0.3  # not all saturated
 
 
 def test_float_twin_is_the_model_before_quantisation(tmp_path):

@@ -89,6 +89,26 @@ def test_conv_space_and_adaptation():
     assert features(task, ConvTiles(2, 4, 8), AVX2).shape == (12,)
 
 
+def test_pointwise_space_has_channel_vectors_and_the_int8_dot():
+    """Pointwise kernels also get the channel-vector form (packed weights), int8 ones the dot instruction where
+    the board has one; the board's default is in the space."""
+    from dataclasses import replace
+
+    from edgepack.schedule.conv import ConvTiles
+    from edgepack.tune.space import ConvTask
+
+    task = ConvTask("pw", f=64, h=25, w=5, c=64, kh=1, kw=1, lo=1, hi=8, flat=True, integer=True)
+    hw = replace(AVX2, packed=True, int8_dot="avx2")
+    space = candidates(task, hw)
+    cvec = [t for t in space if t.cvec]
+    assert cvec and all(t.oc % hw.lanes == 0 and 125 % t.ow == 0 and t.ow * t.oc // hw.lanes <= 14 for t in cvec)
+    assert {t.dot for t in cvec} == {"", "avx2"}
+    assert ConvTiles.default(task.extents, hw.lanes, hw.registers, True, "avx2") in space
+    assert not any(t.dot for t in candidates(replace(task, integer=False), hw))  # float: no int8 dot
+    assert not any(t.cvec for t in candidates(task, AVX2))  # weights not packed (C boards): no channel vectors
+    assert adaptation(task, ConvTiles(16, 1, 5, cvec=True), 1, cores=2) == 1.0  # 25 x 4 work items
+
+
 def test_conv_micro_kernels_schedule_predicate_free():
     from edgepack.schedule.conv import conv_block, schedule_conv
     from edgepack.tune.space import ConvTask

@@ -286,6 +286,7 @@ def fixed_point(m: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         return None
     f, e = np.frexp(m)
     m0, shift = np.round(f * 2.0**31).astype(np.int64), (31 - e).astype(np.int64)
+    m0 = np.minimum(m0, 2**31 - 1)  # a float64 multiplier just under a power of two rounds up to 2^31: int32 holds m0
     big = shift > 62  # a multiplier under 2^-32: drop low bits of m0 so the shift stays within int64
     m0 = np.where(big, m0 >> np.minimum(shift - 62, 62), m0)
     shift = np.where(m == 0, 1, np.minimum(shift, 62))
@@ -347,8 +348,8 @@ def _integer_op(g: _Graph, n: onnx.NodeProto) -> list[onnx.NodeProto] | None:
 
     m0, shift = fp
     base = n.output[0]
-    consts = {f"{base}_ep_bias": folded.astype(np.int32).reshape(shape), f"{base}_ep_m0": per(m0),
-              f"{base}_ep_round": per((np.int64(1) << (shift - 1)) - 1), f"{base}_ep_shift": per(shift)}
+    consts = {f"{base}_ep_bias": folded.astype(np.int32).reshape(shape), f"{base}_ep_m0": per(m0).astype(np.int32),
+              f"{base}_ep_shift": per(shift).astype(np.int32)}  # m0 < 2^31, shift 1..62
     nodes = [helper.make_node("Constant", [], [k], value=numpy_helper.from_array(np.ascontiguousarray(v)))
              for k, v in consts.items()]
     wname = w

@@ -359,34 +359,63 @@ class QLinearGlobalAveragePool(frontend.OnnxOpConverter):
             return te.compute([1 if d in axes else shape[d] for d in range(nd)], f, name="sum_int32")
 
         acc = bb.emit_te(int_sum, x, primfunc_name_hint="sum")
-        i64 = lambda v: relax.const(np.int64(v), "int64")  # noqa: E731
-        return _fixed_point_requantize(bb, acc, relax.const(np.int32(-n * int(zx.reshape(()))), "int32"),
-                                       i64(m0), i64((1 << (int(shift) - 1)) - 1), i64(shift), int(zy.reshape(())),
-                                       dtype)
+        i32 = lambda v: relax.const(np.int32(v), "int32")  # noqa: E731
+        return _fixed_point_requantize(bb, acc, i32(-n * int(zx.reshape(()))), i32(m0), i32(shift),
+                                       int(zy.reshape(())), dtype)
 
 
 # -- edgepack's integer ops (model/qdq_fuse.py writes them) ----------------------------------------------------
 
-def _fixed_point_requantize(bb, acc, bias, m0, rnd, shift, zp: int, dtype: str):
-    """int32 accumulator + bias -> round_half_even(acc * m0 / 2^shift) + zp, saturated to int8/uint8: int64
-    arithmetic (a 32x32 -> 64 multiply: SMULL on Arm), the same on every target. model/qdq_fuse.py's
-    `fixed_point` makes m0 and shift, `requantize_reference` is the same arithmetic in numpy. m0, the rounding
-    constant 2^(shift-1) - 1 and shift are int64 constants: narrower ones and a cast in the epilogue would be
-    folded back into int64 constants by Relax's constant folding."""
-    acc = bb.emit(relax.op.add(acc, bias))
-    v = bb.emit(relax.op.multiply(relax.op.astype(acc, "int64"), m0))
-    odd = relax.op.bitwise_and(relax.op.right_shift(v, shift), relax.const(1, "int64"))
-    q = bb.emit(relax.op.right_shift(relax.op.add(relax.op.add(v, rnd), odd), shift))
-    if zp:
-        q = bb.emit(relax.op.add(q, relax.const(zp, "int64")))
+def _fixed_point_requantize(bb, acc, bias, m0, shift, zp: int, dtype: str):
+    """int32 accumulator + bias -> round_half_even(acc * m0 / 2^shift) + zp, saturated to int8/uint8, the same on
+    every target: one element-wise kernel (`_requantize_te`) that the conv or matmul before it takes in as its
+    epilogue. model/qdq_fuse.py's `fixed_point` makes m0 (< 2^31) and shift (1..62), `requantize_reference`
+    is the same arithmetic in numpy. bias, m0 and shift go in as int32 constants, widened inside the kernel:
+    as Relax casts they would be folded back into int64 constants (4 B a channel more each, and a full 64 x 64
+    multiply on every output)."""
+    args = [_int32(bb, x) for x in (bias, m0, shift)]
+    return bb.emit_te(_requantize_te, acc, *args, zp=zp, dtype=dtype, primfunc_name_hint="requantize")
+
+
+def _int32(bb, x):
+    v = _value(x)
+    return relax.const(v.astype(np.int32), "int32") if v is not None else _cast(bb, x, "int32")
+
+
+def _requantize_te(acc, bias, m0, shift, zp: int, dtype: str):
+    """The requantisation as one te.compute. v = (acc + bias) * m0 is a 32 x 32 -> 64 multiply (SMULL on Arm,
+    vpmuldq on x86; acc + bias is int32, as in onnxruntime). Its rounding shift runs on v + 2^63 as uint64,
+    which is never negative: x86 before AVX-512 has no arithmetic shift of 64-bit lanes, and LLVM spends a
+    dozen instructions on each; a logical one is one. Adding 2^63 adds 2^(63 - shift), an even number, to
+    floor(v / 2^shift): the same parity (the half-to-even tie), subtracted again at the end."""
+    from tvm import te, tirx
+
     lo, hi = _LIMITS[dtype]
-    q = bb.emit(relax.op.minimum(relax.op.maximum(q, relax.const(lo, "int64")), relax.const(hi, "int64")))
-    return bb.emit(relax.op.astype(q, dtype))
+    one_u, one_i = tirx.const(1, "uint64"), tirx.const(1, "int64")
+
+    def at(p, idx):  # p broadcast against acc (numpy rules: p's dims are 1 or acc's)
+        idx = idx[len(idx) - len(p.shape):] if len(p.shape) else ()
+        return p[tuple(0 if int(d) == 1 else i for d, i in zip(p.shape, idx))] if idx else p()
+
+    def f(*i):
+        # TVM rewrites int64(acc + bias) as int64(acc) + int64(bias), which LLVM cannot prove fits 32 bits: it
+        # then multiplies 64 x 64 (6 vpmuludq, not 1 vpmuldq). (x << 32) >> 32 says so (LLVM's sign_extend_inreg).
+        t = (acc[i] + at(bias, i)).astype("int64")
+        v = ((t << 32) >> 32) * at(m0, i).astype("int64")
+        s = at(shift, i)
+        u = v.astype("uint64") ^ tirx.const(1 << 63, "uint64")
+        su = s.astype("uint64")
+        odd = (u >> su) & one_u
+        q = ((u + ((one_u << (su - one_u)) - one_u) + odd) >> su).astype("int64")
+        q = q - (one_i << (63 - s).astype("int64")) + zp
+        return te.min(te.max(q, tirx.const(lo, "int64")), tirx.const(hi, "int64")).astype(dtype)
+
+    return te.compute(acc.shape, f, name="requantize")
 
 
 def _ep_requantize(bb, acc, inputs, attr):
-    """The requantisation of an EpQConv / EpQMatMul: bias, m0, rounding and shift are its inputs 2-5."""
-    return _fixed_point_requantize(bb, acc, *inputs[2:6], int(attr["y_zero_point"]),
+    """The requantisation of an EpQConv / EpQMatMul: bias, m0 and shift (int32) are its inputs 2-4."""
+    return _fixed_point_requantize(bb, acc, *inputs[2:5], int(attr["y_zero_point"]),
                                    "int8" if attr["signed"] else "uint8")
 
 

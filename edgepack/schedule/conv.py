@@ -10,6 +10,12 @@ Pointwise (1x1, stride 1, unpadded) kernels are GEMMs over the image's pixels: Y
 with p = y * W + x. Their rows and columns are fused into p before tiling, so a 7x7 or 14x14 feature map
 still gets full vectors (a column tile of 7 wastes most of a 16-lane register).
 
+Pointwise kernels have a second form (`ConvTiles.cvec`), the dense micro-kernel's: pixels x output channels
+with the CHANNELS vectorized and a few pixels unrolled, each input value broadcast, the weights packed at
+build time in panels of output channels ([F / oc, C, 1, 1, oc], schedule/pack.py) so each channel vector is
+one contiguous load. It needs no pixel count divisible by the vector width (125, 49, 196 pixels), and an
+int8 kernel reads whole vectors of weights instead of 5-byte slivers of activations.
+
 Padded convolutions first copy the input into a zero-bordered buffer. Depthwise and grouped kernels copy
 only the channels a work item reads, inside the work item (the copy stays in cache and in a per-thread
 workspace, not a whole padded tensor); the copy's interior is split from its zero border
@@ -18,13 +24,15 @@ workspace, not a whole padded tensor); the copy's interior is split from its zer
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import tvm
 import tvm.sym
 from tvm import s_tir, tirx
 
+from ..model.tir import region_tensor
 from .dense import _consumers_deep, _fuse_epilogue
+from .int8_dot import INTRINSICS, LANES as DOT_LANES, PAIR
 
 CONV_BLOCKS = ("conv2d_nchw", "group_conv2d_nchw", "depthwise_conv2d_nchw")
 MAX_ROWS = 2  # output rows per depthwise tile: more rows (7, 14) measured slower on the host
@@ -35,18 +43,47 @@ class ConvTiles:
     oc: int  # output channels per tile (unrolled)
     oh: int  # output rows per tile (unrolled); 1 for pointwise kernels
     ow: int  # output columns per tile (vectorized); pixels of the fused rows x columns for pointwise kernels
+    # pointwise only: output channels vectorized (oc a multiple of the lanes), ow pixels unrolled, weights
+    # packed in panels of oc channels
+    cvec: bool = False
+    # int8 channel-vector kernels only: the dot-product instruction (schedule/int8_dot.py; "": multiply-add
+    # the vectorizer picks), input channels taken in its pairs
+    dot: str = ""
 
     @staticmethod
-    def default(ext: ConvExtents, lanes: int, registers: int) -> ConvTiles:
+    def default(ext: ConvExtents, lanes: int, registers: int, packed: bool = True, int8_dot: str = "") -> ConvTiles:
         """Untuned tiles from the board's vector width and register count: the column tile that fills its
         vectors best, then an accumulator block of output channels (x output rows for depthwise and grouped
         kernels, whose channels share no input) that fits the registers, keeping four for the loads and
-        broadcasts."""
+        broadcasts. `packed`: the board packs weights and vectorizes (the channel-vector form needs both);
+        `int8_dot`: the board's int8 dot-product instruction, if any (Schedules.int8_dot)."""
         ow = max(column_tiles(ext.cols, lanes), key=lambda c: (c / (vectors(c, lanes) * lanes), min(c, 4 * lanes)))
         budget = max(1, (registers - 4) // vectors(ow, lanes))
         oh = max(d for d in range(1, min(budget, MAX_ROWS) + 1) if ext.h % d == 0) if ext.own and not ext.flat else 1
         oc = max(d for d in (1, 2, 4, 8, 16) if ext.f % d == 0 and d * oh <= budget)
+        if packed and ext.flat and (cv := ConvTiles.channel_vectors(ext, lanes, registers)) is not None:
+            if ext.integer or ext.cols % lanes:
+                return replace(cv, dot=int8_dot) if dot_fits(ext, cv, int8_dot) else cv
         return ConvTiles(oc=oc, oh=oh, ow=ow)
+
+    @staticmethod
+    def channel_vectors(ext: ConvExtents, lanes: int, registers: int) -> ConvTiles | None:
+        """The channel-vector form of a pointwise kernel: the most accumulators (pixels x channel vectors) that
+        fit the registers with four left, at most 8 pixels; ties to the wider channel tile. Its default where
+        the pixels fill no whole vectors (7x7, 5x25) or the kernel is int8 (whole-vector weight loads)."""
+        budget = registers - 4
+        options = [(px * (oc // lanes), oc, px) for oc in (2 * lanes, lanes) if ext.f % oc == 0
+                   for px in range(1, 9) if ext.cols % px == 0 and px * (oc // lanes) <= budget]
+        if not options:
+            return None
+        _, oc, px = max(options)
+        return ConvTiles(oc=oc, oh=1, ow=px, cvec=True)
+
+
+def dot_fits(ext: ConvExtents, tiles: ConvTiles, dot: str) -> bool:
+    """Whether channel-vector tiles can use the int8 dot instruction `dot`: int8, pairs of input channels,
+    whole instructions of output channels."""
+    return bool(dot) and tiles.cvec and ext.integer and ext.c % PAIR == 0 and tiles.oc % DOT_LANES == 0
 
 
 @dataclass(frozen=True)
@@ -61,6 +98,7 @@ class ConvExtents:
     kw: int
     flat: bool  # pointwise: rows x columns fused into one pixel axis
     own: bool = False  # depthwise or grouped: an output channel reads only its group's input channels
+    integer: bool = False  # int8 x int8 products summed in int32, nothing else (what the int8 dot computes)
 
     @property
     def cols(self) -> int:
@@ -100,7 +138,17 @@ def conv_extents(func: tirx.PrimFunc, block: str) -> list[int]:
 
 def extents_of(func: tirx.PrimFunc, block: str) -> ConvExtents:
     return ConvExtents(*conv_extents(func, block), flat=is_pointwise(func, block),
-                       own=reads_own_channels(func, block))
+                       own=reads_own_channels(func, block), integer=_int8_products(_block(func, block)))
+
+
+def _int8_products(blk) -> bool:
+    """The block is acc += int32(a) * int32(b) with a and b int8 loads (not a zero point subtracted, not
+    int32 activations)."""
+    v = blk.body.value
+    if not (isinstance(v, tirx.Add) and isinstance(v.b, tirx.Mul)):
+        return False
+    return all(isinstance(t, tirx.Cast) and hasattr(t.value, "indices") and str(t.value.ty) == "int8"
+               for t in (v.b.a, v.b.b))
 
 
 def is_pointwise(func: tirx.PrimFunc, block: str) -> bool:
@@ -127,6 +175,8 @@ def schedule_conv(func: tirx.PrimFunc, block: str, tiles: ConvTiles, parallel: b
                   vectorize: bool = True) -> tirx.PrimFunc:
     """`vectorize`/`parallel` off for C-source kernels (target "c"; gcc vectorizes the plain loops)."""
     flat, own = is_pointwise(func, block), reads_own_channels(func, block)
+    if tiles.cvec and flat and weight_panels(func, block, tiles):
+        return _schedule_channel_vectors(func, block, tiles, parallel)
     sch = s_tir.Schedule(tvm.IRModule({"main": func}))
     blk = sch.get_sblock(block)
     for p in sch.get_producers(blk):
@@ -166,6 +216,78 @@ def schedule_conv(func: tirx.PrimFunc, block: str, tiles: ConvTiles, parallel: b
     sch.decompose_reduction(blk, rc)  # before the padding's compute-at, which can drop rc's unit loop
     if padded:
         _schedule_padding(sch, pads, outer if own else n, stride, parallel and not own, vectorize)
+    return sch.mod["main"]
+
+
+def weight_panels(func: tirx.PrimFunc, block: str, tiles: ConvTiles) -> dict[int, tuple[int, int]]:
+    """{parameter index: (panel, pair)} of the weight a channel-vector kernel reads packed (schedule/pack.py;
+    pair 2: input channels in pairs for the int8 dot); {} when `tiles` is not that form, or the kernel cannot
+    take it: its result is a parameter, or its weight is not one."""
+    read = _weight_read(func, block) if tiles.cvec else None
+    if read is None or int(func.params[read[1]].shape[0]) % tiles.oc:
+        return {}
+    return {read[1]: (tiles.oc, PAIR if tiles.dot else 1)}
+
+
+def _weight_read(func: tirx.PrimFunc, block: str) -> tuple[int, int] | None:
+    """(read index, parameter index) of a conv block's weight W[F, C, KH, KW], when it is a parameter and the
+    block's result is not (the accumulator's layout is the schedule's to change)."""
+    blk = _block(func, block)
+    params = {p.name: i for i, p in enumerate(func.params) if getattr(p, "shape", None) is not None}
+    if region_tensor(blk.writes[0]) in params:
+        return None
+    f = int(blk.iter_vars[1].dom.extent)
+    for ri, region in enumerate(blk.reads):
+        pi = params.get(region_tensor(region))
+        if pi is not None and len(func.params[pi].shape) == 4 and int(func.params[pi].shape[0]) == f \
+                and str(region.region[0].min) == str(blk.iter_vars[1].var):
+            return ri, pi
+    return None
+
+
+def _schedule_channel_vectors(func: tirx.PrimFunc, block: str, tiles: ConvTiles, parallel: bool) -> tirx.PrimFunc:
+    """Pointwise as a dense micro-kernel: per work item (an image's `ow` pixels x `oc` channels) the reduction
+    over input channels outermost, pixels unrolled, channels vectorized; accumulators laid out [n, p, f].
+    With `tiles.dot`, input channels go in pairs and each 8 channels x pair is the dot instruction."""
+    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+    blk = sch.get_sblock(block)
+    oc, (wi, _) = tiles.oc, _weight_read(func, block)
+    if tiles.dot:
+        sch.transform_layout(blk, ("read", wi), lambda f, c, r, s: (f // oc, c // PAIR, r, s, f % oc, c % PAIR))
+    else:
+        sch.transform_layout(blk, ("read", wi), lambda f, c, r, s: (f // oc, c, r, s, f % oc))
+    for p in sch.get_producers(blk):
+        sch.compute_inline(p)  # unpadded copies (is_pointwise)
+    _flatten_pixels(sch, blk, int(func.params[-1].shape[3]))
+    sch.transform_layout(blk, ("write", 0), lambda n, f, p: (n, p, f))
+    n, f, p, rc, ry, rx = sch.get_loops(blk)
+    fo, fi = sch.split(f, [None, oc])
+    po, pi = sch.split(p, [None, tiles.ow])
+    if tiles.dot:
+        rc, rci = sch.split(rc, [None, PAIR])
+        fio, fi = sch.split(fi, [None, DOT_LANES])
+        sch.reorder(n, po, fo, rc, ry, rx, pi, fio, fi, rci)
+        sch.unroll(fio)
+    else:
+        sch.reorder(n, po, fo, rc, ry, rx, pi, fi)
+        sch.vectorize(fi)
+    sch.unroll(pi)
+    _fuse_epilogue(sch, blk, fo)
+    for c in _consumers_deep(sch, blk):  # the epilogue over the tile, channels innermost, as vectors
+        loops = sch.get_loops(c)
+        try:
+            if len(loops) >= 2:
+                sch.reorder(loops[-1], loops[-2])
+            sch.vectorize(sch.get_loops(c)[-1])
+        except Exception:  # ScheduleError: an epilogue left outside the tile (whole rows); still correct
+            pass
+    outer = sch.fuse(n, po, fo)
+    if parallel:
+        sch.parallel(outer)
+    init = sch.decompose_reduction(blk, rc)
+    if tiles.dot:
+        sch.vectorize(sch.get_loops(init)[-1])
+        sch.tensorize(fi, INTRINSICS[tiles.dot])
     return sch.mod["main"]
 
 

@@ -18,4 +18,4 @@ def schedules_for(board: Board):
         return Schedules(vector_lanes=board.vector_lanes_f32, vector_registers=board.vector_registers, cores=1,
                          target=rules, vectorize=False, parallel=False, pack=False)
     return Schedules(vector_lanes=board.vector_lanes_f32, vector_registers=board.vector_registers,
-                     cores=board.target.cores, target=board.tvm_target())
+                     cores=board.target.cores, target=board.tvm_target(), int8_dot=board.int8_dot)

@@ -1,4 +1,4 @@
-"""Weight packing for dense micro-kernels: W[K, N] -> Wp[N / panel, K, panel].
+"""Weight packing for dense micro-kernels: W[K, N] -> Wp[N / panel, K, panel] (and pointwise convolutions').
 
 A dense micro-kernel reads a column tile of W for every k. In W's own layout those reads are `panel` floats
 every N floats apart, so each row tile streams W from memory with little reuse of cache lines; in panels,
@@ -50,6 +50,14 @@ def pack_func(func: tirx.PrimFunc, block: str, read_index: int, panel: int) -> t
     return sch.mod["main"]
 
 
-def pack_array(w: np.ndarray, panel: int) -> np.ndarray:
+def pack_array(w: np.ndarray, panel: int, pair: int = 1) -> np.ndarray:
+    """Dense W[K, N] -> [N / panel, K, panel]; a pointwise conv's W[F, C, 1, 1] -> [F / panel, C, 1, 1, panel],
+    or with `pair` 2 [F / panel, C / 2, 1, 1, panel, 2] (schedule/conv.py, channel-vector form; the int8 dot's
+    pairs): all panels of output channels, reduction-major inside."""
+    if w.ndim == 4:
+        f, c, kh, kw = w.shape
+        if pair == 1:
+            return np.ascontiguousarray(w.reshape(f // panel, panel, c, kh, kw).transpose(0, 2, 3, 4, 1))
+        return np.ascontiguousarray(w.reshape(f // panel, panel, c // pair, pair, kh, kw).transpose(0, 2, 4, 5, 1, 3))
     k, n = w.shape
     return np.ascontiguousarray(w.reshape(k, n // panel, panel).transpose(1, 0, 2))

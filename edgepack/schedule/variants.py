@@ -18,7 +18,7 @@ import tvm
 from tvm import s_tir, tirx
 
 from ..model.plan import DimRange, c_ident
-from .conv import ConvTiles, conv_block, extents_of, kernel_blocks, schedule_conv
+from .conv import ConvTiles, conv_block, extents_of, kernel_blocks, schedule_conv, weight_panels
 from .dense import DenseTiles, schedule_dense, schedule_matmul_rowwise
 from .pack import pack_func, packing
 from .rows import flatten_rows, row_count, row_range
@@ -47,7 +47,7 @@ class KernelImpl:
     name: str
     split: RowSplit | None
     variants: list[Variant]  # split kernels: main variant(s) first, edge variant last
-    packed: dict[int, int] = field(default_factory=dict)  # parameter index -> panel width of a packed weight
+    packed: dict[int, tuple[int, int]] = field(default_factory=dict)  # parameter -> (panel, pair): pack_array's
     rows: DimRange | None = None  # split kernels: the range of the row count (`bind_row_ranges`)
 
     @property
@@ -93,6 +93,7 @@ class Schedules:
     conv: dict[str, ConvTiles] = field(default_factory=dict)  # tuned conv2d kernels (dynamic batch)
     vector_lanes: int = 8
     vector_registers: int = 16
+    int8_dot: str = ""  # the board's int8 dot-product instruction (schedule/int8_dot.py), "": none
     cores: int = 1
     target: object = None  # tvm Target for the generic rules (DLight); None: leave other kernels unscheduled
     # False for C-source kernels (docs/tvm-facts.md#c-target-cannot-vectorize; gcc vectorizes the plain loops) and
@@ -104,10 +105,13 @@ class Schedules:
 
 def make_variants(name: str, func: tirx.PrimFunc, sched: Schedules) -> KernelImpl:
     if (cb := conv_block(func)) is not None:  # tuned tiles, else the board's defaults
-        tiles = sched.conv.get(name) or ConvTiles.default(extents_of(func, cb), sched.vector_lanes,
-                                                          sched.vector_registers)
+        packs = sched.pack and sched.vectorize  # the channel-vector form needs both
+        tiles = sched.conv.get(name)
+        if tiles is None or (tiles.cvec and not packs):
+            tiles = ConvTiles.default(extents_of(func, cb), sched.vector_lanes, sched.vector_registers, packs,
+                                      sched.int8_dot)
         conv = schedule_conv(func, cb, tiles, sched.cores > 1 and sched.parallel, sched.vectorize)
-        return KernelImpl(name, None, [Variant(name, 0, conv)])
+        return KernelImpl(name, None, [Variant(name, 0, conv)], weight_panels(func, cb, tiles))
     block = matmul_block(func)
     flat = dense_rows(func) if block is not None else None
     choice = None
@@ -122,7 +126,7 @@ def make_variants(name: str, func: tirx.PrimFunc, sched: Schedules) -> KernelImp
     par, vec = sched.cores > 1 and sched.parallel, sched.vectorize
     packed = {}
     if sched.pack and (pk := packing(func, block, sched.vector_lanes)) is not None:
-        func, packed = pack_func(func, block, pk[0], pk[2]), {pk[1]: pk[2]}
+        func, packed = pack_func(func, block, pk[0], pk[2]), {pk[1]: (pk[2], 1)}
     mains = [Variant(f"{name}_t{t.rows}" if len(choice.mains) == 1 else f"{name}_k{j}_t{t.rows}", t.rows,
                      schedule_dense(specialize_rows(func, split, t.rows), block, t, par, vec), True)
              for j, t in enumerate(choice.mains)]

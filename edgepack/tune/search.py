@@ -56,10 +56,12 @@ EDGE_CHOICES = 3  # row-tile-1 kernels verified as the edge (remainder) kernel, 
 
 
 def config(t: DenseTiles) -> dict:
-    """The configuration as stored; `serial` only when set, so records made before it existed still match."""
+    """The configuration as stored; `serial`, `cvec` and `dot` only when set, so records made before they
+    existed still match."""
     d = dataclasses.asdict(t)
-    if not d.get("serial", True):
-        del d["serial"]
+    for k in ("serial", "cvec", "dot"):
+        if k in d and not d[k]:
+            del d[k]
     return d
 
 

@@ -13,11 +13,11 @@ any shape and on the symbolic kernel.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..schedule.conv import ConvTiles, column_tiles
+from ..schedule.conv import ConvExtents, ConvTiles, column_tiles, dot_fits
 from ..schedule.dense import DenseTiles
 from ..schedule.pack import panel_for
 
@@ -48,6 +48,7 @@ class Hardware:
     registers: int  # vector registers (16: AVX2, SSE; 32: AVX-512, NEON on aarch64)
     cores: int
     packed: bool = False  # dense weights in column panels (schedule/pack.py): column tiles stay within a panel
+    int8_dot: str = ""  # the int8 dot-product instruction (schedule/int8_dot.py), "": none
 
 
 @dataclass(frozen=True)
@@ -65,9 +66,14 @@ class ConvTask:
     lo: int
     hi: int
     flat: bool = False
+    integer: bool = False  # int8 x int8 -> int32 products (ConvExtents.integer)
 
     def flop(self, rows: int) -> float:
         return 2.0 * rows * self.f * self.h * self.w * self.c * self.kh * self.kw
+
+    @property
+    def extents(self) -> ConvExtents:
+        return ConvExtents(self.f, self.h, self.w, self.c, self.kh, self.kw, self.flat, integer=self.integer)
 
 
 def candidates(task: DenseTask | ConvTask, hw: Hardware) -> list:
@@ -109,6 +115,18 @@ def _conv_candidates(task: ConvTask, hw: Hardware) -> list[ConvTiles]:
             for oh in (1,) if task.flat else (1, 2, 4):
                 if task.f % oc == 0 and task.h % oh == 0 and oc * oh * vec <= hw.registers - 2:
                     out.append(ConvTiles(oc=oc, oh=oh, ow=ow))
+    if task.flat and hw.packed:  # the channel-vector form (weights packed): channel vectors x unrolled pixels
+        for oc in (hw.lanes, 2 * hw.lanes, 4 * hw.lanes):
+            for px in range(1, 9):
+                if task.f % oc or (task.h * task.w) % px or px * (oc // hw.lanes) > hw.registers - 2:
+                    continue
+                cv = ConvTiles(oc=oc, oh=1, ow=px, cvec=True)
+                out.append(cv)
+                if dot_fits(task.extents, cv, hw.int8_dot):
+                    out.append(replace(cv, dot=hw.int8_dot))
+    default = ConvTiles.default(task.extents, hw.lanes, hw.registers, hw.packed, hw.int8_dot)
+    if default not in out:
+        out.append(default)
     return out
 
 
@@ -122,6 +140,8 @@ def parallel_tiles(task, tiles, rows: int) -> int:
     """g: the parallel loop's extent on `rows` rows (row tiles, times column tiles for the small-M family;
     images x channel blocks x row blocks for a convolution)."""
     if isinstance(task, ConvTask):
+        if tiles.cvec:  # images x pixel tiles x channel tiles
+            return rows * (task.h * task.w // tiles.ow) * (task.f // tiles.oc)
         return rows * (task.f // tiles.oc) * (task.h // tiles.oh)
     g = math.ceil(rows / tiles.rows)
     return g * (task.n // tiles.cols) if tiles.par_cols else g
@@ -154,10 +174,11 @@ FEATURE_NAMES = ("log2_rows", "log2_cols", "log2_unroll_k", "accumulators", "col
 def features(task, tiles, hw: Hardware) -> np.ndarray:
     """Shape-free features of a micro-kernel for the cost model f(k) (one model per operator class)."""
     if isinstance(task, ConvTask):
-        acc = tiles.oc * tiles.oh * -(-tiles.ow // hw.lanes)
+        acc = tiles.ow * (tiles.oc // hw.lanes) if tiles.cvec else tiles.oc * tiles.oh * -(-tiles.ow // hw.lanes)
         return np.array([math.log2(tiles.oc), math.log2(tiles.oh), math.log2(tiles.ow), acc, tiles.ow / hw.lanes,
                          math.log2(task.f), math.log2(task.c * task.kh * task.kw), task.h * task.w / tiles.ow / tiles.oh,
-                         task.f // tiles.oc, task.kh * task.kw, 0.0, 0.0], dtype=np.float64)
+                         task.f // tiles.oc, task.kh * task.kw, float(tiles.cvec), float(bool(tiles.dot))],
+                        dtype=np.float64)
     acc = tiles.rows * -(-tiles.cols // hw.lanes)
     w_bytes = task.k * tiles.cols * 4
     intensity = 2.0 * tiles.rows * tiles.cols / (4.0 * (tiles.rows + tiles.cols))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import tvm_ffi
 
 from ..model.plan import DimRange
-from ..schedule.conv import conv_block, conv_extents, is_pointwise
+from ..schedule.conv import conv_block, extents_of
 from ..schedule.dense import _static_extent
 from ..schedule.rows import row_range
 from ..schedule.variants import RowSplit, _aligned, call_rows, dense_rows, find_row_split, matmul_block
@@ -88,5 +88,6 @@ def _conv_task(name: str, func, dims: list[DimRange]) -> TuneTask | None:
     if split is None or split.dim not in by_c or block is None:
         return None
     d = by_c[split.dim]
-    op = ConvTask(name, *conv_extents(func, block), d.lo, d.hi, is_pointwise(func, block))
+    ext = extents_of(func, block)
+    op = ConvTask(name, ext.f, ext.h, ext.w, ext.c, ext.kh, ext.kw, d.lo, d.hi, ext.flat, ext.integer)
     return TuneTask(name, func, split, block, op, d, 0, str(func.params[0].dtype))

@@ -17,7 +17,8 @@ from .measure import MeasureInput
 
 def kernel_name(tiles: DenseTiles | ConvTiles) -> str:
     if isinstance(tiles, ConvTiles):
-        return f"conv_oc{tiles.oc}_oh{tiles.oh}_ow{tiles.ow}"
+        return f"conv_oc{tiles.oc}_oh{tiles.oh}_ow{tiles.ow}" + ("_cv" if tiles.cvec else "") + \
+            (f"_{tiles.dot}" if tiles.dot else "")
     return (f"dense_r{tiles.rows}_c{tiles.cols}_u{tiles.unroll_k}" + ("_p" if tiles.par_cols else "")
             + ("_s" if tiles.serial else ""))
 

@@ -71,7 +71,7 @@ class TuneReport:
 def hardware_of(board: Board, packed: bool) -> Hardware:
     """The space's hardware limits; `packed`: dense weights in panels (Schedules.pack for the board)."""
     return Hardware(lanes=board.vector_lanes_f32, registers=board.vector_registers, cores=board.target.cores,
-                    packed=packed)
+                    packed=packed, int8_dot=board.int8_dot if packed else "")
 
 
 def tune_setting(board: Board, key: str, default: int) -> int:
