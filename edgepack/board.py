@@ -70,6 +70,11 @@ class Board:
         return self.transport.get("kind", "local")
 
     @property
+    def word_bits(self) -> int:
+        """Width of the integer registers: 32 on Arm's 32-bit cores (armv7, Cortex-M), else 64."""
+        return 32 if self.target.triple.startswith(("arm", "thumb")) else 64
+
+    @property
     def vector_registers(self) -> int:
         """Architectural vector registers: 32 with AVX-512 and on aarch64 (NEON), else 16 (AVX2, SSE, armv7)."""
         t = self.target

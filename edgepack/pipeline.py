@@ -78,7 +78,7 @@ def _lower_and_schedule(name: str, model, dims: list[DimRange], board: Board, mc
     kernel's variants, with packed weights permuted in the plan. -> (plan, impls, schedules, tuning)."""
     from .schedule.variants import bind_row_ranges, make_variants
 
-    lowered = lower_model(name, model, dims)
+    lowered = lower_model(name, model, dims, board.word_bits)
     plan = lowered.plan
     schedules = schedules or schedules_for(board)
     tuning = None

@@ -365,9 +365,11 @@ def test_fixed_point_multiplier_is_exact_and_rounds_half_to_even():
     assert fixed_point(np.float32(-0.5)) is None and fixed_point(np.float32(2.0**31)) is None
 
 
-def test_kernel_requantisation_is_the_reference_arithmetic():
-    """model/quant.py's requantisation kernel (int32 constants, the rounding shift on uint64) compiled for the
-    host equals `requantize_reference` bit for bit: every shift 1..62, ties, extreme accumulators, saturation."""
+@pytest.mark.parametrize("high_word", [False, True])
+def test_kernel_requantisation_is_the_reference_arithmetic(high_word):
+    """model/quant.py's requantisation kernel (int32 constants; the rounding shift on uint64, or in 32 bits on
+    the product's high word when every shift is >= 33) compiled for the host equals `requantize_reference` bit
+    for bit: every shift 1..62 (33..62), ties, extreme accumulators, saturation."""
     import tvm
     from tvm import te
 
@@ -376,6 +378,8 @@ def test_kernel_requantisation_is_the_reference_arithmetic():
 
     rng = np.random.default_rng(7)
     mults = np.concatenate([2.0 ** -np.arange(0, 62, dtype=np.float64), rng.uniform(1e-9, 4.0, 64)]).astype(np.float32)
+    if high_word:
+        mults = np.concatenate([mults[fixed_point(mults)[1] >= 33], rng.uniform(1e-7, 0.24, 32).astype(np.float32)])
     m0, shift = fixed_point(mults)
     ch = len(mults)
     lim = 2**31 - 1001  # acc + bias within int32, as a kernel's are
@@ -383,7 +387,7 @@ def test_kernel_requantisation_is_the_reference_arithmetic():
                           np.arange(-8, 8)[:, None].repeat(ch, 1)]).astype(np.int32)
     bias = rng.integers(-1000, 1000, ch).astype(np.int32)
     tensors = [te.placeholder(acc.shape, "int32"), *(te.placeholder((ch,), "int32") for _ in range(3))]
-    out = _requantize_te(*tensors, zp=3, dtype="int8")
+    out = _requantize_te(*tensors, zp=3, dtype="int8", high_word=high_word)
     lib = tvm.compile(te.create_prim_func([*tensors, out]), target="llvm")
     got = tvm.runtime.tensor(np.zeros(acc.shape, np.int8))
     lib(*(tvm.runtime.tensor(a) for a in (acc, bias, m0.astype(np.int32), shift.astype(np.int32))), got)

@@ -20,8 +20,8 @@ def prepare(model_path: str | Path, dim_ranges: dict[str, tuple[int, int]]) -> t
     return model, dims
 
 
-def lower_model(name: str, model: onnx.ModelProto, dims: list[DimRange]):
-    """-> model.lower.Lowered: the plan and its TIR kernels."""
+def lower_model(name: str, model: onnx.ModelProto, dims: list[DimRange], word_bits: int = 64):
+    """-> model.lower.Lowered: the plan and its TIR kernels. word_bits: the board's (Board.word_bits)."""
     from .canonicalize import canonicalize  # TVM-dependent: imported when needed (seconds), not for bad input
     from .lower import import_relax, lower
     from .op_fixes import fix_ops
@@ -30,7 +30,7 @@ def lower_model(name: str, model: onnx.ModelProto, dims: list[DimRange]):
 
     ins, outs = onnx_load.graph_inputs(model), onnx_load.graph_outputs(model)
     model = fix_ops(canonicalize(rename_model(model, dims), {d.c_name: (d.lo, d.hi) for d in dims}))
-    model = constant_qparams(integer_ops(model))
+    model = constant_qparams(integer_ops(model, word_bits))
     lowered = lower(name, import_relax(model), dims)
     for tid, io in zip(lowered.plan.inputs, ins):
         lowered.plan.tensor(tid).name = io.name

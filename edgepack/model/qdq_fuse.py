@@ -299,7 +299,7 @@ def requantize_reference(acc: np.ndarray, m0: np.ndarray, shift: np.ndarray) -> 
     return (v + ((np.int64(1) << (shift - 1)) - 1) + ((v >> shift) & 1)) >> shift
 
 
-def _integer_op(g: _Graph, n: onnx.NodeProto) -> list[onnx.NodeProto] | None:
+def _integer_op(g: _Graph, n: onnx.NodeProto, word_bits: int) -> list[onnx.NodeProto] | None:
     """QLinearConv / QLinearMatMul / QGemm -> EpQConv / EpQMatMul, when the weight is a constant with zero
     zero points: the activation's zero point then folds into the int32 bias (b - x_zp * sum(w)), and the
     kernel multiplies the int8 tensors as they are. None: left to model/quant.py's general converters."""
@@ -358,7 +358,8 @@ def _integer_op(g: _Graph, n: onnx.NodeProto) -> list[onnx.NodeProto] | None:
         nodes.append(helper.make_node("Transpose", [w], [wname], perm=[1, 0]))
     lo, hi = _LIMITS[np.dtype(out_dtype)]
     attrs = dict(x_zero_point=zx, y_zero_point=int(vals["yzp"].reshape(())) if vals["yzp"] is not None else 0,
-                 lo=lo, hi=hi, signed=int(np.dtype(out_dtype) == np.int8))
+                 lo=lo, hi=hi, signed=int(np.dtype(out_dtype) == np.int8),
+                 high_word=int(word_bits == 32 and bool((shift >= 33).all())))  # model/quant.py's _requantize_te
     if conv:
         attrs |= {a.name: helper.get_attribute_value(a) for a in n.attribute
                   if a.name in ("pads", "strides", "dilations", "group")}
@@ -367,11 +368,12 @@ def _integer_op(g: _Graph, n: onnx.NodeProto) -> list[onnx.NodeProto] | None:
     return nodes
 
 
-def integer_ops(model: onnx.ModelProto) -> onnx.ModelProto:
-    """QDQ layers fused (`fuse_qdq`), then every integer op with a constant weight as an EpQConv / EpQMatMul."""
+def integer_ops(model: onnx.ModelProto, word_bits: int = 64) -> onnx.ModelProto:
+    """QDQ layers fused (`fuse_qdq`), then every integer op with a constant weight as an EpQConv / EpQMatMul.
+    word_bits: the board's integer registers (Board.word_bits), which choose the requantisation's arithmetic."""
     m = fuse_qdq(model)
     g = _Graph(m.graph)
-    rewritten = [(n, _integer_op(g, n)) for n in m.graph.node]
+    rewritten = [(n, _integer_op(g, n, word_bits)) for n in m.graph.node]
     if not any(r for _, r in rewritten):
         return m
     out = onnx.ModelProto()

@@ -309,7 +309,7 @@ def tune_model(model_path: str | Path, board: Board, dim_ranges: dict, db_path: 
     model_path = Path(model_path)
     model, dims = prepare(model_path, dim_ranges)
     name = name or package_name(model_path.stem)
-    tasks = extract_tasks(lower_model(name, model, dims), dims)
+    tasks = extract_tasks(lower_model(name, model, dims, board.word_bits), dims)
     if not tasks:
         raise EdgepackError(f"{model_path}: no kernel to tune (no dense/matmul layer with dynamic rows, no conv2d "
                             "with a dynamic batch); build it untuned with `edgepack build`")
