@@ -67,13 +67,16 @@ class ConvTask:
     hi: int
     flat: bool = False
     integer: bool = False  # int8 x int8 -> int32 products (ConvExtents.integer)
+    own: bool = False  # depthwise or grouped (ConvExtents.own)
+    stride: int = 1
 
     def flop(self, rows: int) -> float:
         return 2.0 * rows * self.f * self.h * self.w * self.c * self.kh * self.kw
 
     @property
     def extents(self) -> ConvExtents:
-        return ConvExtents(self.f, self.h, self.w, self.c, self.kh, self.kw, self.flat, integer=self.integer)
+        return ConvExtents(self.f, self.h, self.w, self.c, self.kh, self.kw, self.flat, self.own, self.integer,
+                           self.stride)
 
 
 def candidates(task: DenseTask | ConvTask, hw: Hardware) -> list:
@@ -124,6 +127,10 @@ def _conv_candidates(task: ConvTask, hw: Hardware) -> list[ConvTiles]:
                 out.append(cv)
                 if dot_fits(task.extents, cv, hw.int8_dot):
                     out.append(replace(cv, dot=hw.int8_dot))
+    if task.extents.own and not task.flat and task.extents.c == 1 and hw.packed:  # depthwise channel vectors
+        for oc in (hw.lanes, 2 * hw.lanes):
+            out += [ConvTiles(oc=oc, oh=1, ow=px, cvec=True) for px in range(1, task.w + 1)
+                    if task.f % oc == 0 and task.w % px == 0 and px * (oc // hw.lanes) <= hw.registers - 2]
     default = ConvTiles.default(task.extents, hw.lanes, hw.registers, hw.packed, hw.int8_dot)
     if default not in out:
         out.append(default)

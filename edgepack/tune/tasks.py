@@ -89,5 +89,6 @@ def _conv_task(name: str, func, dims: list[DimRange]) -> TuneTask | None:
         return None
     d = by_c[split.dim]
     ext = extents_of(func, block)
-    op = ConvTask(name, ext.f, ext.h, ext.w, ext.c, ext.kh, ext.kw, d.lo, d.hi, ext.flat, ext.integer)
+    op = ConvTask(name, ext.f, ext.h, ext.w, ext.c, ext.kh, ext.kw, d.lo, d.hi, ext.flat, ext.integer, ext.own,
+                  ext.stride)
     return TuneTask(name, func, split, block, op, d, 0, str(func.params[0].dtype))
