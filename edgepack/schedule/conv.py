@@ -306,15 +306,7 @@ def _schedule_channel_vectors(func: tirx.PrimFunc, block: str, tiles: ConvTiles,
         sch.reorder(n, po, fo, rc, ry, rx, pi, fi)
         sch.vectorize(fi)
     sch.unroll(pi)
-    _fuse_epilogue(sch, blk, fo)
-    for c in _consumers_deep(sch, blk):  # the epilogue over the tile, channels innermost, as vectors
-        loops = sch.get_loops(c)
-        try:
-            if len(loops) >= 2:
-                sch.reorder(loops[-1], loops[-2])
-            sch.vectorize(sch.get_loops(c)[-1])
-        except Exception:  # ScheduleError: an epilogue left outside the tile (whole rows); still correct
-            pass
+    _fuse_channel_vector_epilogue(sch, blk, fo)
     _parallel_items(sch, [n, po, fo], parallel)
     init = sch.decompose_reduction(blk, rc)
     if tiles.dot:
@@ -344,14 +336,7 @@ def _schedule_depthwise_vectors(func: tirx.PrimFunc, block: str, tiles: ConvTile
     sch.reorder(n, fo, y, xo, rc, ry, rx, xi, fi)
     sch.unroll(xi)
     sch.vectorize(fi)
-    _fuse_epilogue(sch, blk, xo)
-    for c in _consumers_deep(sch, blk):  # the epilogue over the tile, channels innermost, as vectors
-        loops = sch.get_loops(c)
-        try:
-            sch.reorder(loops[-1], loops[-2])
-            sch.vectorize(sch.get_loops(c)[-1])
-        except Exception:  # ScheduleError: an epilogue left outside the tile; still correct
-            pass
+    _fuse_channel_vector_epilogue(sch, blk, xo)
     pads = sch.get_producers(blk)
     at = _parallel_items(sch, [n, fo], parallel)
     init = sch.decompose_reduction(blk, rc)
@@ -366,6 +351,20 @@ def _schedule_depthwise_vectors(func: tirx.PrimFunc, block: str, tiles: ConvTile
         except Exception:  # ScheduleError: not a padding pattern it knows; the one checked nest is correct
             pass
     return sch.mod["main"]
+
+
+def _fuse_channel_vector_epilogue(sch: s_tir.Schedule, blk, loop) -> None:
+    """The epilogue computed on each tile at `loop`, its channels innermost (the accumulators' [.., pixel,
+    channel] layout), as vectors."""
+    _fuse_epilogue(sch, blk, loop)
+    for c in _consumers_deep(sch, blk):
+        loops = sch.get_loops(c)
+        try:
+            if len(loops) >= 2:
+                sch.reorder(loops[-1], loops[-2])
+            sch.vectorize(sch.get_loops(c)[-1])
+        except Exception:  # ScheduleError: an epilogue left outside the tile (whole rows); still correct
+            pass
 
 
 def _parallel_items(sch: s_tir.Schedule, items: list, parallel: bool):
