@@ -56,7 +56,8 @@ class ConvTiles:
         vectors best, then an accumulator block of output channels (x output rows for depthwise and grouped
         kernels, whose channels share no input) that fits the registers, keeping four for the loads and
         broadcasts. `packed`: the board packs weights and vectorizes (the channel-vector form needs both);
-        `int8_dot`: the board's int8 dot-product instruction, if any (Schedules.int8_dot)."""
+        `int8_dot`: the board's int8 dot-product instruction, if any (Schedules.int8_dot). Depthwise kernels
+        take the channel-vector form where `depthwise_vectors` says, and on scalar cores `scalar_depthwise`."""
         if lanes == 1 and ext.own and not ext.flat:
             return ConvTiles.scalar_depthwise(ext, registers)
         ow = max(column_tiles(ext.cols, lanes), key=lambda c: (c / (vectors(c, lanes) * lanes), min(c, 4 * lanes)))
@@ -316,12 +317,11 @@ def _schedule_channel_vectors(func: tirx.PrimFunc, block: str, tiles: ConvTiles,
 
 
 def _schedule_depthwise_vectors(func: tirx.PrimFunc, block: str, tiles: ConvTiles, parallel: bool) -> tirx.PrimFunc:
-    """Depthwise (and grouped, one input channel per output) as channel vectors: per work item (an image's
-    `oc` channels, one output row, `ow` columns) the taps outermost, columns unrolled, channels vectorized.
-    The item's padded input is copied channels-innermost, [y, x, c], so every tap is a contiguous vector
-    load, not a gather across channel planes; accumulators are laid out [n, y, x, f] and the epilogue is
-    computed on them as channel vectors. The form for small feature maps (7x7, 25x5), whose rows fill no
-    whole vectors."""
+    """Depthwise (one input channel per output channel) as channel vectors: per work item (an image's `oc`
+    channels) and output row, `ow` columns at a time, the taps outermost, columns unrolled, channels
+    vectorized. The item's padded input is copied channels-innermost, [y, x, c], so every tap is a
+    contiguous vector load whatever the stride, not a gather across channel planes; accumulators are laid
+    out [n, y, x, f] and the epilogue is computed on them as channel vectors (`depthwise_vectors`: where)."""
     sch = s_tir.Schedule(tvm.IRModule({"main": func}))
     blk = sch.get_sblock(block)
     oc, (wi, _) = tiles.oc, _weight_read(func, block)
