@@ -112,7 +112,11 @@ def candidates(task: DenseTask | ConvTask, hw: Hardware) -> list:
 
 def _conv_candidates(task: ConvTask, hw: Hardware) -> list[ConvTiles]:
     out = []
-    for ow in column_tiles(task.h * task.w if task.flat else task.w, hw.lanes):
+    cols = task.h * task.w if task.flat else task.w
+    # scalar cores (C kernels): any column tile whose accumulators fit the registers, not whole vectors
+    widths = [d for d in range(1, min(cols, hw.registers - 4) + 1) if cols % d == 0] if hw.lanes == 1 \
+        else column_tiles(cols, hw.lanes)
+    for ow in widths:
         vec = -(-ow // hw.lanes)
         for oc in (1, 2, 4, 8, 16):
             for oh in (1,) if task.flat else (1, 2, 4):
