@@ -65,8 +65,7 @@ class ConvTiles:
         oh = max(d for d in range(1, min(budget, MAX_ROWS) + 1) if ext.h % d == 0) if ext.own and not ext.flat else 1
         oc = max(d for d in (1, 2, 4, 8, 16) if ext.f % d == 0 and d * oh <= budget)
         if packed and depthwise_vectors(ext, lanes):
-            px = max(d for d in range(1, min(ext.w, registers - 4) + 1) if ext.w % d == 0)
-            return ConvTiles(oc=lanes, oh=1, ow=px, cvec=True)
+            return ConvTiles(oc=lanes, oh=1, ow=divisors(ext.w, registers - 4)[-1], cvec=True)
         if packed and ext.flat and (cv := ConvTiles.channel_vectors(ext, lanes, registers)) is not None:
             if ext.integer or ext.cols % lanes:
                 return replace(cv, dot=int8_dot) if dot_fits(ext, cv, int8_dot) else cv
@@ -80,8 +79,8 @@ class ConvTiles:
         output. An int8 DS-CNN on mps2-an386: 7% fewer instructions. (Pointwise kernels keep a block of
         channels at one pixel: wider pixel tiles measured slower there, accumulators spilled.)"""
         budget = registers - 4
-        ow = max(d for d in range(1, min(ext.w, budget) + 1) if ext.w % d == 0)
-        oh = max(d for d in range(1, MAX_ROWS + 1) if ext.h % d == 0 and d * ow <= budget)
+        ow = divisors(ext.w, budget)[-1]
+        oh = max(d for d in divisors(ext.h, MAX_ROWS) if d * ow <= budget)
         return ConvTiles(oc=1, oh=oh, ow=ow)
 
     @staticmethod
@@ -102,7 +101,7 @@ def depthwise_vectors(ext: ConvExtents, lanes: int) -> bool:
     """Whether a depthwise kernel's default is the channel-vector form: when its column vectors would gather
     every s-th input (stride > 1) or its rows are shorter than a vector (DS-CNN's 5 columns). Stride-1 rows
     of a vector or more (MobileNetV2's 14 to 112) keep the column form: fewer instructions there (callgrind)."""
-    return ext.own and not ext.flat and ext.c == 1 and ext.f % lanes == 0 and (ext.stride > 1 or ext.w < lanes)
+    return ext.depthwise and ext.f % lanes == 0 and (ext.stride > 1 or ext.w < lanes)
 
 
 def dot_fits(ext: ConvExtents, tiles: ConvTiles, dot: str) -> bool:
@@ -127,6 +126,11 @@ class ConvExtents:
     stride: int = 1  # column stride
 
     @property
+    def depthwise(self) -> bool:
+        """One input channel per output channel (the kernels with a channel-vector form of their own)."""
+        return self.own and not self.flat and self.c == 1
+
+    @property
     def cols(self) -> int:
         """The extent the column tile divides."""
         return self.h * self.w if self.flat else self.w
@@ -136,12 +140,17 @@ def vectors(cols: int, lanes: int) -> int:
     return -(-cols // lanes)
 
 
+def divisors(n: int, cap: int) -> list[int]:
+    """The divisors of n up to cap, ascending (1 at least)."""
+    return [d for d in range(1, max(1, min(n, cap)) + 1) if n % d == 0]
+
+
 def column_tiles(width: int, lanes: int) -> list[int]:
     """Column tiles for `width`: multiples of the vector width (1, 2, 4 vectors) that divide it; when none
     does (7, 14, 49, 196 on 16 lanes), its largest divisor up to one vector. LLVM turns wider odd vectors
     (28, 49, 98 floats) into slow code: 20-60x slower than a 14-wide tile, measured on the host."""
     whole = [m * lanes for m in (1, 2, 4) if m * lanes <= width and width % (m * lanes) == 0]
-    return whole or [max(d for d in range(1, min(width, lanes) + 1) if width % d == 0)]
+    return whole or [divisors(width, lanes)[-1]]
 
 
 def conv_block(func: tirx.PrimFunc) -> str | None:
@@ -165,7 +174,7 @@ def conv_extents(func: tirx.PrimFunc, block: str) -> list[int]:
 def extents_of(func: tirx.PrimFunc, block: str) -> ConvExtents:
     return ConvExtents(*conv_extents(func, block), flat=is_pointwise(func, block),
                        own=reads_own_channels(func, block), integer=_int8_products(_block(func, block)),
-                       stride=_column_stride(_block(func, block)))
+                       stride=column_stride(_block(func, block)))
 
 
 def _int8_products(blk) -> bool:
@@ -245,7 +254,7 @@ def schedule_conv(func: tirx.PrimFunc, block: str, tiles: ConvTiles, parallel: b
     # before them (one image at a time, not the whole batch); any image's tiles (unpadded)
     items = order[:2] if own else order[1:] if padded else order
     outer = _parallel_items(sch, items, parallel)
-    stride = stride_of(sch, blk)
+    stride = column_stride(sch.get(blk))
     sch.decompose_reduction(blk, rc)  # before the padding's compute-at, which can drop rc's unit loop
     if padded:
         _schedule_padding(sch, pads, outer if own else n, stride, parallel and not own, vectorize)
@@ -259,7 +268,8 @@ def weight_panels(func: tirx.PrimFunc, block: str, tiles: ConvTiles) -> dict[int
     read = _weight_read(func, block) if tiles.cvec else None
     if read is None or int(func.params[read[1]].shape[0]) % tiles.oc:
         return {}
-    if not is_pointwise(func, block) and not (reads_own_channels(func, block) and extents_of(func, block).c == 1):
+    ext = extents_of(func, block)
+    if not (ext.flat or ext.depthwise):
         return {}  # channel vectors are the pointwise and depthwise forms only
     return {read[1]: (tiles.oc, PAIR if tiles.dot else 1)}
 
@@ -429,12 +439,8 @@ def _schedule_padding(sch: s_tir.Schedule, pads: list, at, stride: int, parallel
         sch.vectorize(x)
 
 
-def stride_of(sch: s_tir.Schedule, blk) -> int:
-    """The column stride of a convolution that reads a padded copy: the coefficient of x in its index."""
-    return _column_stride(sch.get(blk))
-
-
-def _column_stride(block) -> int:
+def column_stride(block) -> int:
+    """The column stride of a convolution block that reads a padded copy: the coefficient of x in its index."""
     x = block.iter_vars[3].var
     for region in block.reads:
         if len(region.region) == 4 and region.script().startswith("pad_temp"):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..schedule.conv import ConvExtents, ConvTiles, column_tiles, dot_fits
+from ..schedule.conv import ConvExtents, ConvTiles, column_tiles, divisors, dot_fits
 from ..schedule.dense import DenseTiles
 from ..schedule.pack import panel_for
 
@@ -114,8 +114,7 @@ def _conv_candidates(task: ConvTask, hw: Hardware) -> list[ConvTiles]:
     out = []
     cols = task.h * task.w if task.flat else task.w
     # scalar cores (C kernels): any column tile whose accumulators fit the registers, not whole vectors
-    widths = [d for d in range(1, min(cols, hw.registers - 4) + 1) if cols % d == 0] if hw.lanes == 1 \
-        else column_tiles(cols, hw.lanes)
+    widths = divisors(cols, hw.registers - 4) if hw.lanes == 1 else column_tiles(cols, hw.lanes)
     for ow in widths:
         vec = -(-ow // hw.lanes)
         for oc in (1, 2, 4, 8, 16):
@@ -131,10 +130,10 @@ def _conv_candidates(task: ConvTask, hw: Hardware) -> list[ConvTiles]:
                 out.append(cv)
                 if dot_fits(task.extents, cv, hw.int8_dot):
                     out.append(replace(cv, dot=hw.int8_dot))
-    if task.extents.own and not task.flat and task.extents.c == 1 and hw.packed:  # depthwise channel vectors
+    if task.extents.depthwise and hw.packed:  # depthwise channel vectors
         for oc in (hw.lanes, 2 * hw.lanes):
-            out += [ConvTiles(oc=oc, oh=1, ow=px, cvec=True) for px in range(1, task.w + 1)
-                    if task.f % oc == 0 and task.w % px == 0 and px * (oc // hw.lanes) <= hw.registers - 2]
+            out += [ConvTiles(oc=oc, oh=1, ow=px, cvec=True) for px in divisors(task.w, task.w)
+                    if task.f % oc == 0 and px * (oc // hw.lanes) <= hw.registers - 2]
     default = ConvTiles.default(task.extents, hw.lanes, hw.registers, hw.packed, hw.int8_dot)
     if default not in out:
         out.append(default)
