@@ -18,10 +18,19 @@ import tvm
 from tvm import s_tir, tirx
 
 from ..model.plan import DimRange, c_ident
-from .conv import ConvTiles, conv_block, extents_of, kernel_blocks, schedule_conv, weight_panels
+from .attention import AttentionTiles, attention_form, schedule_attention
+from .conv import (
+    ConvTiles,
+    conv_block,
+    extents_of,
+    kernel_blocks,
+    schedule_conv,
+    weight_panels,
+)
 from .dense import DenseTiles, schedule_dense, schedule_matmul_rowwise
 from .pack import pack_func, packing
 from .rows import flatten_rows, row_count, row_range
+from .softmax import softmax_kernel
 
 
 @dataclass(frozen=True)
@@ -91,6 +100,7 @@ class Schedules:
     dense: dict[str, DenseTiles | DenseChoice] = field(default_factory=dict)  # kernel -> tiles; missing: default
     dispatchers: dict = field(default_factory=dict)  # kernel -> codegen.dispatch.Dispatcher over its mains
     conv: dict[str, ConvTiles] = field(default_factory=dict)  # tuned conv2d kernels (dynamic batch)
+    attention: dict[str, AttentionTiles] = field(default_factory=dict)  # tuned batch matmuls, rows and cols dynamic
     vector_lanes: int = 8
     vector_registers: int = 16
     int8_dot: str = ""  # the board's int8 dot-product instruction (schedule/int8_dot.py), "": none
@@ -119,8 +129,9 @@ def make_variants(name: str, func: tirx.PrimFunc, sched: Schedules) -> KernelImp
         choice = sched.dense.get(name) or DenseTiles.default(flat[0], block, sched.vector_lanes, sched.vector_registers)
         choice = DenseChoice.single(choice) if isinstance(choice, DenseTiles) else choice
     if choice is None or not all(_aligned(flat[1], flat[0], t.rows) for t in choice.mains):
-        generic = (schedule_matmul_rowwise(func, block, sched.vectorize, sched.parallel) if block
-                   else generic_schedule(func, sched.target, sched.vectorize, sched.parallel))
+        softmax = softmax_kernel(func, sched.vector_lanes, sched.parallel) if sched.vectorize else None
+        generic = (_batch_matmul(name, func, block, sched) if block
+                   else softmax or generic_schedule(func, sched.target, sched.vectorize, sched.parallel))
         return KernelImpl(name, None, [Variant(name, 0, generic)])
     func, split = flat
     par, vec = sched.cores > 1 and sched.parallel, sched.vectorize
@@ -132,6 +143,16 @@ def make_variants(name: str, func: tirx.PrimFunc, sched: Schedules) -> KernelImp
              for j, t in enumerate(choice.mains)]
     edge_f = schedule_dense(func, block, choice.edge.with_rows(1), parallel=par, vectorize=vec)
     return KernelImpl(name, split, mains + [Variant(f"{name}_edge", 0, edge_f)], packed)
+
+
+def _batch_matmul(name: str, func: tirx.PrimFunc, block: str, sched: Schedules) -> tirx.PrimFunc:
+    """A matmul whose rows cannot be split: attention's padded tiles (schedule/attention.py) on vector
+    boards, else (C kernels, or a form they do not take) the row-wise schedule."""
+    if sched.vectorize and (n := attention_form(func, block)) != -1:
+        tiles = sched.attention.get(name) or AttentionTiles.default(n, sched.vector_lanes, sched.vector_registers)
+        if (tiled := schedule_attention(func, block, tiles, sched.cores > 1 and sched.parallel)) is not None:
+            return tiled
+    return schedule_matmul_rowwise(func, block, sched.vectorize, sched.parallel)
 
 
 def generic_schedule(func: tirx.PrimFunc, target, vectorize: bool = True, parallel: bool = True) -> tirx.PrimFunc:

@@ -56,11 +56,12 @@ def tuned_schedules(db_path: str | Path, lowered, dims: list[DimRange], board: B
     if not Path(db_path).exists():
         raise EdgepackError(f"tuning database {db_path} does not exist; run `edgepack tune` first or drop --db")
     dense, conv, dispatchers = dict(base.dense), dict(base.conv), dict(base.dispatchers)
+    attention = dict(base.attention)
     tuned, untuned, verification = {}, [], {}
     variant = kernel_variant(base)  # only what was measured on the kernels this build makes
     stale = []
     with TuningDB(db_path) as db:
-        for t in extract_tasks(lowered, dims):
+        for t in extract_tasks(lowered, dims, base.vectorize):
             wl = db.find_workload(t.kind, t.static_dims, t.dtype, board.name, variant)
             sel = db.selection(wl, {"m": [t.op.lo, t.op.hi]}) if wl else None
             if sel is None:
@@ -70,8 +71,8 @@ def tuned_schedules(db_path: str | Path, lowered, dims: list[DimRange], board: B
             mains = tuple(tiles_of(c) for c in sel["mains"])
             tuned[t.kernel] = len(mains)
             verification[t.kernel] = verification_json(sel)
-            if t.kind == "conv2d":  # one micro-kernel for every batch: no dispatcher
-                conv[t.kernel] = mains[0]
+            if t.kind != "dense":  # one micro-kernel for every batch (conv2d) or seq (attention): no dispatcher
+                (conv if t.kind == "conv2d" else attention)[t.kernel] = mains[0]
                 continue
             dense[t.kernel] = DenseChoice(mains, tiles_of(sel["edge"]))
             lo, hi = wl.dynamic_dims["m"]
@@ -83,4 +84,5 @@ def tuned_schedules(db_path: str | Path, lowered, dims: list[DimRange], board: B
         log.warning("no tuning result on board '%s' for %s (range %s): they use the default schedule; run "
                     "`edgepack tune` over this range", board.name, ", ".join(untuned),
                     ", ".join(f"{d.name}={d.lo}:{d.hi}" for d in dims))
-    return Applied(replace(base, dense=dense, conv=conv, dispatchers=dispatchers), tuned, untuned, verification)
+    return Applied(replace(base, dense=dense, conv=conv, attention=attention, dispatchers=dispatchers), tuned, untuned,
+                   verification)

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..schedule.attention import AttentionTiles
 from ..schedule.conv import ConvTiles
 from ..schedule.dense import DenseTiles
 from .cost_model import CostModel, Observation
@@ -55,19 +56,21 @@ MAX_WEIGHT = 8.0  # the most a mispredicted task's samples are re-weighted in it
 EDGE_CHOICES = 3  # row-tile-1 kernels verified as the edge (remainder) kernel, besides the board default
 
 
-def config(t: DenseTiles) -> dict:
+def config(t: DenseTiles | ConvTiles | AttentionTiles) -> dict:
     """The configuration as stored; `serial`, `cvec` and `dot` only when set, so records made before they
-    existed still match."""
+    existed still match; an attention kernel's marked as one (its fields are a subset of dense's)."""
     d = dataclasses.asdict(t)
     for k in ("serial", "cvec", "dot"):
         if k in d and not d[k]:
             del d[k]
-    return d
+    return d | ({"form": "attention"} if isinstance(t, AttentionTiles) else {})
 
 
-def tiles_of(cfg: dict) -> DenseTiles | ConvTiles:
+def tiles_of(cfg: dict) -> DenseTiles | ConvTiles | AttentionTiles:
     if "oc" in cfg:
         return ConvTiles(**cfg)
+    if cfg.get("form") == "attention":
+        return AttentionTiles(**{k: v for k, v in cfg.items() if k != "form"})
     return DenseTiles(**{k: cfg[k] for k in ("rows", "cols", "unroll_k", "par_cols", "serial") if k in cfg})
 
 
@@ -213,6 +216,9 @@ class TaskSearch:
         """Configurations one tile factor away from t, in the space."""
         if isinstance(t, ConvTiles):
             moves = [{a: v} for a in ("oc", "oh", "ow") for v in (getattr(t, a) * 2, getattr(t, a) // 2) if v >= 1]
+        elif isinstance(t, AttentionTiles):
+            moves = [{a: v} for a in ("rows", "cols") for v in (getattr(t, a) * 2, getattr(t, a) // 2) if v >= 1]
+            moves += [{"rows": 6}, {"rows": 4}, {"serial": not t.serial}]
         else:
             cols = sorted({c.cols for c in self.space})
             i = cols.index(t.cols) if t.cols in cols else 0
@@ -254,8 +260,11 @@ class TaskSearch:
 
     def _mutate(self, t: DenseTiles, best: np.ndarray, w: np.ndarray) -> DenseTiles | None:
         """Move one tile factor; a small sample pulls the row tile down, a large one up."""
-        if isinstance(t, ConvTiles):  # one tile factor up or down; no shape pulls a direction (whole images)
-            axis = self.rng.choice(["oc", "oh", "ow"])
+        if isinstance(t, (ConvTiles, AttentionTiles)):  # one tile factor up or down; no shape pulls a direction
+            if isinstance(t, AttentionTiles) and self.rng.random() < 0.2:
+                new = dataclasses.replace(t, serial=not t.serial)
+                return new if new in self._space_set else None
+            axis = self.rng.choice(["rows", "cols"] if isinstance(t, AttentionTiles) else ["oc", "oh", "ow"])
             new = dataclasses.replace(t, **{axis: max(1, getattr(t, axis) * self.rng.choice([2, 0.5]))})
             new = dataclasses.replace(new, **{axis: int(getattr(new, axis))})
             return new if new in self._space_set else None

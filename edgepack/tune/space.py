@@ -1,7 +1,8 @@
 """The micro-kernel search spaces (docs/tuning.md#search-space) and the analytic adaptation of a micro-kernel to a
-shape (docs/tuning.md#cost-model), for two operator classes:
-  DenseTask  dense/matmul with a dynamic row count (transformer layers): DenseTiles
-  ConvTask   conv2d NCHW with a dynamic batch (CNNs): ConvTiles over one image
+shape (docs/tuning.md#cost-model), for three operator classes:
+  DenseTask      dense/matmul with a dynamic row count (transformer layers): DenseTiles
+  ConvTask       conv2d NCHW with a dynamic batch (CNNs): ConvTiles over one image
+  AttentionTask  batch matmuls with rows and columns (or reduction) both = seq (Q.K^T, A.V): AttentionTiles
 
 Tile sizes come from the board, never from a shape: column tiles are multiples of the vector width that
 divide N, row tiles are powers of two (and 6, the AVX2 block of MLAS and XNNPACK) capped near the largest
@@ -17,6 +18,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ..schedule.attention import AttentionTiles
 from ..schedule.conv import ConvExtents, ConvTiles, column_tiles, divisors, dot_fits
 from ..schedule.dense import DenseTiles
 from ..schedule.pack import panel_for
@@ -79,10 +81,28 @@ class ConvTask:
                            self.stride)
 
 
-def candidates(task: DenseTask | ConvTask, hw: Hardware) -> list:
+@dataclass(frozen=True)
+class AttentionTask:
+    """A batch matmul over `heads` (batch x heads, batch at 1) with seq rows: n columns and k reduction,
+    each 0 when it is seq too (Q.K^T: n = 0; A.V: k = 0); seq (the dynamic `rows`) in [lo, hi]."""
+
+    name: str
+    heads: int
+    n: int
+    k: int
+    lo: int
+    hi: int
+
+    def flop(self, rows: int) -> float:
+        return 2.0 * self.heads * rows * (self.n or rows) * (self.k or rows)
+
+
+def candidates(task: DenseTask | ConvTask | AttentionTask, hw: Hardware) -> list:
     """Every configuration of the space, in a stable order."""
     if isinstance(task, ConvTask):
         return _conv_candidates(task, hw)
+    if isinstance(task, AttentionTask):
+        return _attention_candidates(task, hw)
     # power-of-two multiples of the vector width only: LLVM splits a 3- or 6-vector column tile poorly
     # (measured 6-7x slower than 2 or 4 vectors on AVX2)
     cols = sorted({c for m in (1, 2, 4, 8) for c in [m * hw.lanes] if c <= task.n and task.n % c == 0}
@@ -140,6 +160,23 @@ def _conv_candidates(task: ConvTask, hw: Hardware) -> list[ConvTiles]:
     return out
 
 
+def _attention_candidates(task: AttentionTask, hw: Hardware) -> list[AttentionTiles]:
+    """Row tiles x column tiles of whole vectors (dividing the columns when they are static) whose
+    accumulators fit the registers, each on all cores and on one."""
+    out = []
+    for v in (1, 2, 4):
+        cols = v * hw.lanes
+        if task.n and task.n % cols:
+            continue
+        for r in (1, 2, 4, 6, 8):
+            if r * v <= hw.registers - 2 and r <= max(1, task.hi):
+                out += [AttentionTiles(r, cols)] + ([AttentionTiles(r, cols, serial=True)] if hw.cores > 1 else [])
+    default = AttentionTiles.default(task.n or None, hw.lanes, hw.registers)
+    if default not in out and (not task.n or task.n % default.cols == 0):
+        out.append(default)
+    return out
+
+
 def _odd_width(n: int, lanes: int) -> int:
     """N with no multiple of the vector width as a divisor (N = 10, 1000): the largest divisor up to four
     vectors; LLVM vectorises it with a short tail, still with no predicate in the TIR."""
@@ -153,6 +190,8 @@ def parallel_tiles(task, tiles, rows: int) -> int:
         if tiles.cvec:  # images x pixel tiles x channel tiles
             return rows * (task.h * task.w // tiles.ow) * (task.f // tiles.oc)
         return rows * (task.f // tiles.oc) * (task.h // tiles.oh)
+    if isinstance(task, AttentionTask):  # heads (batch x heads: batch 1 here)
+        return task.heads
     g = math.ceil(rows / tiles.rows)
     return g * (task.n // tiles.cols) if tiles.par_cols else g
 
@@ -165,6 +204,8 @@ def adaptation(task: DenseTask, tiles: DenseTiles, rows: int, cores: int) -> flo
     spread over the cores (1 on a single-core board).
     """
     pad = 1.0 if isinstance(task, ConvTask) else rows / (math.ceil(rows / tiles.rows) * tiles.rows)
+    if isinstance(task, AttentionTask) and not task.n:  # dynamic columns are padded to whole tiles too
+        pad *= rows / (math.ceil(rows / tiles.cols) * tiles.cols)
     g = parallel_tiles(task, tiles, rows)
     occ = 1.0 if cores <= 1 or getattr(tiles, "serial", False) else g / (math.ceil(g / cores) * cores)
     return pad * occ
@@ -172,7 +213,7 @@ def adaptation(task: DenseTask, tiles: DenseTiles, rows: int, cores: int) -> flo
 
 def best_fit_rows(task, tiles, cores: int) -> int:
     """The instance a trial measures a micro-kernel on: highest adaptation, ties to the larger."""
-    step = 1 if isinstance(task, ConvTask) else tiles.rows
+    step = tiles.rows if isinstance(task, DenseTask) else 1
     options = [r for r in range(task.lo, task.hi + 1) if r % step == 0] or [task.hi]
     return max(options, key=lambda r: (adaptation(task, tiles, r, cores), r))
 
@@ -190,6 +231,11 @@ def features(task, tiles, hw: Hardware) -> np.ndarray:
                          task.f // tiles.oc, task.kh * task.kw, float(tiles.cvec), float(bool(tiles.dot))],
                         dtype=np.float64)
     acc = tiles.rows * -(-tiles.cols // hw.lanes)
+    if isinstance(task, AttentionTask):
+        intensity = 2.0 * tiles.rows * tiles.cols / (4.0 * (tiles.rows + tiles.cols))
+        return np.array([math.log2(tiles.rows), math.log2(tiles.cols), 0.0, acc, tiles.cols / hw.lanes,
+                         math.log2(task.n or 1), math.log2(task.k or 1), float(not task.n), float(not task.k),
+                         intensity, math.log2(task.heads), float(tiles.serial)], dtype=np.float64)
     w_bytes = task.k * tiles.cols * 4
     intensity = 2.0 * tiles.rows * tiles.cols / (4.0 * (tiles.rows + tiles.cols))
     return np.array([math.log2(tiles.rows), math.log2(tiles.cols), math.log2(tiles.unroll_k), acc,

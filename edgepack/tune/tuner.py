@@ -179,7 +179,7 @@ class Tuner:
         if not s.good_trials():
             raise EdgepackError(f"every candidate of kernel {s.task.kernel} failed to build or run on board "
                                 f"'{self.board.name}'; see the log with -v, check the board's toolchain")
-        # a convolution runs whole images: one kernel serves every batch, so its set is one kernel
+        # a convolution runs whole images, attention pads seq: one kernel serves every size, so the set is one
         k_max = self.k_max if s.task.kind == "dense" else 1
         bar.set_description_str(f"verifying {s.task.kernel}", refresh=True)
         res = s.verify(k_max, lambda pairs: self._measure(i, pairs, run))
@@ -309,9 +309,12 @@ def tune_model(model_path: str | Path, board: Board, dim_ranges: dict, db_path: 
     model_path = Path(model_path)
     model, dims = prepare(model_path, dim_ranges)
     name = name or package_name(model_path.stem)
-    tasks = extract_tasks(lower_model(name, model, dims, board.word_bits), dims)
+    from ..schedule.defaults import schedules_for
+
+    tasks = extract_tasks(lower_model(name, model, dims, board.word_bits), dims, schedules_for(board).vectorize)
     if not tasks:
         raise EdgepackError(f"{model_path}: no kernel to tune (no dense/matmul layer with dynamic rows, no conv2d "
-                            "with a dynamic batch); build it untuned with `edgepack build`")
+                            "with a dynamic batch, no attention over a dynamic seq); build it untuned with "
+                            "`edgepack build`")
     with TuningDB(db_path) as db:
         return Tuner(tasks, board, db, measurer, opts, name).run()
