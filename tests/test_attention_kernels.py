@@ -18,6 +18,8 @@ from edgepack.schedule.attention import AttentionTiles, attention_form, schedule
 from edgepack.schedule.softmax import softmax_kernel
 from edgepack.schedule.variants import dense_rows, matmul_block
 
+pytestmark = pytest.mark.e2e
+
 HF = Path(__file__).parent / "data" / "exports" / "hf"
 SEQ = (1, 40)
 TILES = [AttentionTiles(4, 16), AttentionTiles(1, 8), AttentionTiles(6, 8), AttentionTiles(8, 8, serial=True)]
