@@ -5,6 +5,7 @@ sizes around the tiles, for several tiles; the bundled encoder matches onnxrunti
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -84,6 +85,17 @@ def _args(func, batch: int, seq: int, rng) -> list[np.ndarray]:
 
 def _seqs() -> list[int]:
     return sorted(set(sizes_for(*SEQ)) | {8, 9, 16, 17})  # around the column and row tiles
+
+
+def test_quantised_dense_layers_keep_the_rowwise_schedule():
+    """A QDQ block's dense layers (2-D weights, dozens of requantize blocks fused after the matmul) are not
+    attention: taking them for it inlined the requantize chains into one expression that filled 24 GB."""
+    quant = HF.parent / "quant"
+    dims = {d: tuple(r) for d, r in json.loads((quant / "dims.json").read_text())["block"].items()}
+    kernels = _lowered(quant / "block_qdq_pc_s8.onnx", dims)
+    matmuls = {k: f for k, f in kernels.items() if matmul_block(f) is not None and dense_rows(f) is None}
+    assert any("requantize" in k for k in matmuls), sorted(kernels)
+    assert not _attention(kernels), sorted(_attention(kernels))
 
 
 @pytest.mark.parametrize("tiles", TILES, ids=lambda t: f"r{t.rows}c{t.cols}" + ("s" if t.serial else ""))

@@ -27,6 +27,12 @@ from ..model.tir import region_tensor
 from .dense import DenseTiles
 
 
+# Attention's kernels hold a few blocks (the matmul, a scale, a mask chain); a kernel of dozens is a
+# quantised layer's requantize chain, whose inlining into one expression grows without bound (each
+# `where` repeats its operands), so it keeps the row-wise schedule.
+MAX_BLOCKS = 16
+
+
 @dataclass(frozen=True)
 class AttentionTiles:
     rows: int  # tile on the (dynamic) rows, unrolled
@@ -43,10 +49,16 @@ class AttentionTiles:
 
 def attention_form(func: tirx.PrimFunc, block: str) -> int | None:
     """The static column count of a batch matmul with dynamic rows (None: dynamic columns), or -1 when the
-    kernel is not one (no batch axis, static rows, a reduction over more than one axis)."""
+    kernel is not one (no batch axis, static rows, a reduction over more than one axis, a 2-D weight
+    operand, more than MAX_BLOCKS blocks)."""
     sch = s_tir.Schedule(tvm.IRModule({"main": func}))
-    iters = sch.get(sch.get_sblock(block)).iter_vars
+    if len(sch.get_child_blocks(sch.get_sblock("root"))) > MAX_BLOCKS:
+        return -1
+    matmul = sch.get(sch.get_sblock(block))
+    iters = matmul.iter_vars
     if len(iters) < 4 or [iv.iter_type for iv in iters].count(2) != 1 or iters[-1].iter_type != 2:
+        return -1
+    if any(len(r.region) != len(iters) - 1 for r in matmul.reads):  # a weight (no head axes): a dense layer
         return -1
     if isinstance(iters[-3].dom.extent, tirx.IntImm):
         return -1
