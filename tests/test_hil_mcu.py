@@ -81,6 +81,13 @@ def device(board, state_dir, request):
         standin.down(board)
 
 
+def _disassembly(elf: Path, board) -> str:
+    import subprocess
+
+    objdump = board.toolchain.cc.removesuffix("gcc") + "objdump"
+    return subprocess.run([objdump, "-d", str(elf)], capture_output=True, text=True, check=True).stdout
+
+
 def _flashed(dev, bundle):
     if dev.info is None or dev.info.fields.get("id") != bundle.manifest["firmware"]["id"]:
         dev.install(bundle)
@@ -223,15 +230,33 @@ def test_pytorch_export_with_int8_weights(device, build, board, tmp_path):
 
 
 def test_quantised_cnn_on_the_stand_in(device, board, tmp_path):
-    """onnxruntime's quantize_static output (QDQ, per-channel int8) as integer C kernels on the device."""
-    from edgepack.pipeline import build_package
+    """onnxruntime's quantize_static output (QDQ, per-channel int8) as integer C kernels on the device: with
+    the board's default tiles, and, where the core has the DSP extension, with the pointwise layer on
+    8-channel SMLAD calls (the default takes 4 channels x 2 pixels there)."""
+    from dataclasses import replace
+
+    from edgepack.pipeline import build_package, lower_model, prepare
+    from edgepack.schedule.conv import ConvTiles, conv_block, extents_of
+    from edgepack.schedule.defaults import schedules_for
 
     path = quantize_kws(tmp_path)
-    bundle = build_package(path, board.name, {"batch": (1, 3)}, tmp_path / "kws", name="kws").bundle
-    _flashed(device, bundle)
-    run = lambda b, x: np.load(device.run(bundle, [x], tmp_path / f"out{b}")[0])  # noqa: E731
-    err = kws_lsb_error(path, run, [1, 2, 3])
-    assert err <= 1.0, f"{err:.3g} LSB off onnxruntime on {board.name}"
+    variants = {"default": None}
+    if board.int8_dot == "dsp":
+        model, dims = prepare(path, {"batch": (1, 3)})
+        pw = next(k for k, f in lower_model("kws", model, dims).kernels.items()
+                  if (b := conv_block(f)) and extents_of(f, b).flat)
+        variants["dsp8"] = replace(schedules_for(board), conv={pw: ConvTiles(8, 1, 1, dot="dsp")})
+    for label, schedules in variants.items():
+        bundle = build_package(path, board.name, {"batch": (1, 3)}, tmp_path / label, name="kws",
+                               schedules=schedules).bundle
+        if board.int8_dot == "dsp":  # the pointwise layer runs on SMLAD (schedule/int8_dot.py)
+            kernels_c = (bundle.path / "kernels" / "kernels.c").read_text()
+            assert ("ep_dsp_dot_8(" if label == "dsp8" else "ep_dsp_dot_4(") in kernels_c
+            assert "\tsmlad\t" in _disassembly(bundle.path / "firmware.elf", board)
+        _flashed(device, bundle)
+        run = lambda b, x: np.load(device.run(bundle, [x], tmp_path / f"out_{label}{b}")[0])  # noqa: E731
+        err = kws_lsb_error(path, run, [1, 2, 3])
+        assert err <= 1.0, f"{err:.3g} LSB off onnxruntime on {board.name} ({label})"
 
 
 def test_cortex_m3_stand_in(build, state_dir, tmp_path, request):

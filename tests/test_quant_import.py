@@ -310,6 +310,25 @@ def test_int8_pointwise_kernel_uses_the_board_dot_instruction(tmp_path):
     assert load_board("rpi4").int8_dot == ""
 
 
+def test_int8_pointwise_c_kernel_uses_smlad_where_the_core_has_dsp(tmp_path):
+    """On a Cortex-M4 (board feature "+dsp") the kws net's int8 pointwise kernel is a call of the package's
+    SMLAD dot per pixel and 4 or 8 channels over the whole reduction; on the Cortex-M3 the plain multiply-add."""
+    from edgepack.board import load_board
+    from edgepack.pipeline import lower_model, prepare
+    from edgepack.schedule.conv import conv_block, extents_of
+    from edgepack.schedule.defaults import schedules_for
+    from edgepack.schedule.variants import make_variants
+
+    model, dims = prepare(quantize_kws(tmp_path), {"batch": (1, 3)})
+    kernels = lower_model("kws", model, dims).kernels
+    name, func = next((k, f) for k, f in kernels.items() if (b := conv_block(f)) and extents_of(f, b).flat)
+    for board, dot in (("mps2-an386", "dsp"), ("mps2-an385", "")):
+        assert load_board(board).int8_dot == dot
+        text = make_variants(name, func, schedules_for(load_board(board))).variants[0].func.script()
+        assert ('"ep_dsp_dot_' in text) == bool(dot), board
+        assert "T.where" not in text
+
+
 def kws_lsb_error(path: Path, run, sizes: list[int]) -> float:
     """The largest |edgepack - onnxruntime| of the quantised kws net's output over batch `sizes`, in LSB of
     its scale; run(batch, x) -> edgepack's output on some device."""

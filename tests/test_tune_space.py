@@ -109,6 +109,27 @@ def test_pointwise_space_has_channel_vectors_and_the_int8_dot():
     assert adaptation(task, ConvTiles(16, 1, 5, cvec=True), 1, cores=2) == 1.0  # 25 x 4 work items
 
 
+def test_scalar_pointwise_space_has_the_dsp_dot():
+    """On a Cortex-M with the DSP extension (C kernels, one lane), int8 pointwise tiles of whole 4-channel
+    calls come in both forms, SMLAD's and the multiply-add's; float kernels and other convs never get it."""
+    from dataclasses import replace
+
+    from edgepack.schedule.conv import ConvTiles
+    from edgepack.tune.space import ConvTask
+
+    m4 = Hardware(lanes=1, registers=16, cores=1, int8_dot="dsp")
+    task = ConvTask("pw", f=64, h=25, w=5, c=64, kh=1, kw=1, lo=1, hi=2, flat=True, integer=True)
+    space = candidates(task, m4)
+    dsp = [t for t in space if t.dot == "dsp"]
+    assert dsp and all(t.oc % 4 == 0 and not t.cvec for t in dsp)
+    assert {replace(t, dot="") for t in dsp} == {t for t in space if not t.dot and t.oc % 4 == 0}
+    assert ConvTiles.default(task.extents, 1, 16, False, "dsp").dot == "dsp"
+    assert not any(t.dot for t in candidates(replace(task, integer=False), m4))
+    assert not any(t.dot for t in candidates(replace(task, c=18), m4))  # no whole words of weights
+    depthwise = ConvTask("dw", f=64, h=25, w=5, c=1, kh=3, kw=3, lo=1, hi=2, own=True, integer=True)
+    assert not any(t.dot for t in candidates(depthwise, m4))
+
+
 def test_conv_micro_kernels_schedule_predicate_free():
     from edgepack.schedule.conv import conv_block, schedule_conv
     from edgepack.tune.space import ConvTask

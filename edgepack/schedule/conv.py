@@ -32,7 +32,7 @@ from tvm import s_tir, tirx
 
 from ..model.tir import region_tensor
 from .dense import _consumers_deep, _fuse_epilogue
-from .int8_dot import INTRINSICS, LANES as DOT_LANES, PAIR
+from .int8_dot import DSP_LANES, INTRINSICS, LANES as DOT_LANES, PAIR, QUAD, dsp_intrinsic
 
 CONV_BLOCKS = ("conv2d_nchw", "group_conv2d_nchw", "depthwise_conv2d_nchw")
 MAX_ROWS = 2  # output rows per depthwise tile: more rows (7, 14) measured slower on the host
@@ -46,8 +46,8 @@ class ConvTiles:
     # pointwise only: output channels vectorized (oc a multiple of the lanes), ow pixels unrolled, weights
     # packed in panels of oc channels
     cvec: bool = False
-    # int8 channel-vector kernels only: the dot-product instruction (schedule/int8_dot.py; "": multiply-add
-    # the vectorizer picks), input channels taken in its pairs
+    # int8 pointwise kernels only: the dot-product instruction (schedule/int8_dot.py; "": the compiler's
+    # multiply-add), input channels taken in its groups. "avx2": channel vectors; "dsp": the scalar form
     dot: str = ""
 
     @staticmethod
@@ -69,7 +69,8 @@ class ConvTiles:
         if packed and ext.flat and (cv := ConvTiles.channel_vectors(ext, lanes, registers)) is not None:
             if ext.integer or ext.cols % lanes:
                 return replace(cv, dot=int8_dot) if dot_fits(ext, cv, int8_dot) else cv
-        return ConvTiles(oc=oc, oh=oh, ow=ow)
+        tiles = ConvTiles(oc=oc, oh=oh, ow=ow)
+        return replace(tiles, dot=int8_dot) if dot_fits(ext, tiles, int8_dot) else tiles
 
     @staticmethod
     def scalar_depthwise(ext: ConvExtents, registers: int) -> ConvTiles:
@@ -105,9 +106,13 @@ def depthwise_vectors(ext: ConvExtents, lanes: int) -> bool:
 
 
 def dot_fits(ext: ConvExtents, tiles: ConvTiles, dot: str) -> bool:
-    """Whether channel-vector tiles can use the int8 dot instruction `dot`: int8, pairs of input channels,
-    whole instructions of output channels."""
-    return bool(dot) and tiles.cvec and ext.integer and ext.c % PAIR == 0 and tiles.oc % DOT_LANES == 0
+    """Whether tiles can use the int8 dot instruction `dot`: an int8 kernel, whole groups of input channels,
+    whole instructions of output channels; AVX2's on channel vectors, the DSP's on the scalar pointwise form."""
+    if not (dot and ext.integer):
+        return False
+    if dot == "dsp":
+        return ext.flat and not tiles.cvec and ext.c % QUAD == 0 and tiles.oc % DSP_LANES[-1] == 0
+    return tiles.cvec and ext.c % PAIR == 0 and tiles.oc % DOT_LANES == 0
 
 
 @dataclass(frozen=True)
@@ -227,6 +232,10 @@ def schedule_conv(func: tirx.PrimFunc, block: str, tiles: ConvTiles, parallel: b
         fo, fi = sch.split(f, [None, tiles.oc])
         po, xi = sch.split(p, [None, tiles.ow])
         spatial, inner = [po], [fi, xi]
+        if tiles.dot == "dsp":  # per pixel, each `lanes` channels' whole reduction is one call
+            lanes = next(d for d in DSP_LANES if tiles.oc % d == 0)
+            fi, fl = sch.split(fi, [None, lanes])
+            inner, rc = [xi, fi, fl, rc], None
     else:
         n, f, y, x, rc, ry, rx = sch.get_loops(blk)
         fo, fi = sch.split(f, [None, tiles.oc])
@@ -237,7 +246,8 @@ def schedule_conv(func: tirx.PrimFunc, block: str, tiles: ConvTiles, parallel: b
     # own channels: a work item is an image's channel block, its padded input copied once, in cache;
     # otherwise channel blocks innermost, so consecutive items reuse the same input tile
     order = [n, fo, *spatial] if own else [n, *spatial, fo]
-    sch.reorder(*order, rc, ry, rx, *inner)
+    taps = [ry, rx] if rc is None else [rc, ry, rx]  # the reduction outside the tile: all of it but "dsp"'s
+    sch.reorder(*order, *taps, *inner)
     sch.unroll(fi)
     _fuse_epilogue(sch, blk, order[-1])
     if vectorize:
@@ -255,9 +265,12 @@ def schedule_conv(func: tirx.PrimFunc, block: str, tiles: ConvTiles, parallel: b
     items = order[:2] if own else order[1:] if padded else order
     outer = _parallel_items(sch, items, parallel)
     stride = column_stride(sch.get(blk))
-    sch.decompose_reduction(blk, rc)  # before the padding's compute-at, which can drop rc's unit loop
+    init = sch.decompose_reduction(blk, taps[0])  # before the padding's compute-at, which can drop rc's unit loop
     if padded:
         _schedule_padding(sch, pads, outer if own else n, stride, parallel and not own, vectorize)
+    if flat and tiles.dot == "dsp":
+        sch.unroll(sch.get_loops(init)[-1])  # the accumulators' zeroing: registers, like the calls' sums
+        sch.tensorize(fl, dsp_intrinsic(lanes, int(sch.get(inner[-1]).extent)))
     return sch.mod["main"]
 
 

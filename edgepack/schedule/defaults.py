@@ -16,6 +16,7 @@ def schedules_for(board: Board):
         # refused for C (generic_schedule), so a plain single-core one is enough
         rules = tvm.target.Target({"kind": "llvm", "num-cores": 1})
         return Schedules(vector_lanes=board.vector_lanes_f32, vector_registers=board.vector_registers, cores=1,
-                         target=rules, vectorize=False, parallel=False, pack=False)
+                         target=rules, vectorize=False, parallel=False, pack=False,
+                         int8_dot=board.int8_dot)
     return Schedules(vector_lanes=board.vector_lanes_f32, vector_registers=board.vector_registers,
                      cores=board.target.cores, target=board.tvm_target(), int8_dot=board.int8_dot)

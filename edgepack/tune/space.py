@@ -141,6 +141,8 @@ def _conv_candidates(task: ConvTask, hw: Hardware) -> list[ConvTiles]:
             for oh in (1,) if task.flat else (1, 2, 4):
                 if task.f % oc == 0 and task.h % oh == 0 and oc * oh * vec <= hw.registers - 2:
                     out.append(ConvTiles(oc=oc, oh=oh, ow=ow))
+                    if dot_fits(task.extents, out[-1], hw.int8_dot):  # "dsp": the same tile on SMLAD
+                        out.append(replace(out[-1], dot=hw.int8_dot))
     if task.flat and hw.packed:  # the channel-vector form (weights packed): channel vectors x unrolled pixels
         for oc in (hw.lanes, 2 * hw.lanes, 4 * hw.lanes):
             for px in range(1, 9):
