@@ -83,11 +83,14 @@ class Board:
     @property
     def int8_dot(self) -> str:
         """The int8 dot-product instruction integer kernels can use (schedule/int8_dot.py): "avx2" on x86_64 with
-        256-bit vectors or more (AVX2's vpmaddwd), "dsp" for C kernels on a core whose board file lists the
-        "+dsp" feature (Armv7E-M's SMLAD), else "" (the compiler's multiply-add)."""
+        256-bit vectors or more (AVX2's vpmaddwd), "sdot" on aarch64 whose board file lists "+dotprod", "dsp"
+        for C kernels on a core whose board file lists "+dsp" (Armv7E-M's SMLAD), else "" (the compiler's
+        multiply-add)."""
         t = self.target
         if t.kind == "c":
             return "dsp" if "+dsp" in t.features else ""
+        if t.triple.startswith("aarch64"):
+            return "sdot" if "+dotprod" in t.features else ""
         return "avx2" if t.kind == "llvm" and t.triple.startswith("x86_64") and t.vector_bits >= 256 else ""
 
     def tvm_target(self):

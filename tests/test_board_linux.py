@@ -17,7 +17,7 @@ from edgepack.examples import EXAMPLES
 
 pytestmark = pytest.mark.e2e
 
-LINUX_BOARDS = ["rpi4", "rpi3-armv7", "generic-aarch64", "qemu-aarch64"]
+LINUX_BOARDS = ["rpi4", "rpi5", "rpi3-armv7", "generic-aarch64", "qemu-aarch64"]
 
 
 @pytest.mark.parametrize("name", LINUX_BOARDS)

@@ -283,8 +283,8 @@ def test_qdq_cnn_runs_as_integer_kernels_end_to_end(build_cache, tmp_path):
 
 def test_int8_pointwise_kernel_uses_the_board_dot_instruction(tmp_path):
     """The kws net's int8 pointwise conv: channel vectors with AVX2's vpmaddwd where the board has it (its
-    weights packed in pairs), the vectorizer's multiply-add where it has none (aarch64 here); the compiled
-    host kernel holds the instruction."""
+    weights packed in pairs), with SDOT on a Cortex-A76 (in groups of 4), the vectorizer's multiply-add
+    where it has neither (the Pi 4's A72); the compiled host kernel holds the instruction."""
     import tvm
 
     from edgepack.board import load_board
@@ -298,16 +298,17 @@ def test_int8_pointwise_kernel_uses_the_board_dot_instruction(tmp_path):
     name, func = next((k, f) for k, f in kernels.items() if (b := conv_block(f)) and extents_of(f, b).flat)
     assert extents_of(func, conv_block(func)).integer
     host = load_board("host")
-    for board in (host, load_board("rpi4")):
+    for board in (host, load_board("rpi4"), load_board("rpi5")):
         impl = make_variants(name, func, schedules_for(board))
         kernel = impl.variants[0].func
         assert ("llvm.x86.avx2.pmadd.wd" in kernel.script()) == (board.int8_dot == "avx2"), board.name
+        assert ("llvm.aarch64.neon.sdot" in kernel.script()) == (board.int8_dot == "sdot"), board.name
         (panel, pair), = impl.packed.values()
-        assert pair == (2 if board.int8_dot else 1) and panel % 8 == 0, impl.packed
+        assert pair == {"avx2": 2, "sdot": 4}.get(board.int8_dot, 1) and panel % 8 == 0, impl.packed
         if board.int8_dot == "avx2":
             lib = tvm.compile(tvm.IRModule({"main": kernel.with_attr("global_symbol", "main")}), target=host.tvm_target())
             assert "vpmaddwd" in lib.mod.inspect_source("asm")
-    assert load_board("rpi4").int8_dot == ""
+    assert load_board("rpi4").int8_dot == "" and load_board("rpi5").int8_dot == "sdot"
 
 
 def test_int8_pointwise_c_kernel_uses_smlad_where_the_core_has_dsp(tmp_path):
@@ -343,12 +344,17 @@ def kws_lsb_error(path: Path, run, sizes: list[int]) -> float:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not have("qemu-aarch64"), reason="needs qemu-user (apt-get install qemu-user)")
-def test_qdq_cnn_integer_kernels_on_aarch64(tmp_path):
-    """The same integer kernels cross-compiled for the Cortex-A72 stand-in (NEON), run under qemu-aarch64."""
+@pytest.mark.parametrize("board", ["qemu-aarch64", "rpi5"])
+def test_qdq_cnn_integer_kernels_on_aarch64(tmp_path, board):
+    """The same integer kernels cross-compiled for the Cortex-A72 stand-in (NEON) and for the Pi 5's A76
+    (SDOT), run under qemu-aarch64 (its default CPU has the dot product)."""
     from edgepack.pipeline import build_package
 
     path = quantize_kws(tmp_path)
-    bundle = build_package(path, "qemu-aarch64", {"batch": (1, 6)}, tmp_path / "kws").bundle
+    bundle = build_package(path, board, {"batch": (1, 6)}, tmp_path / "kws").bundle
+    dis = subprocess.run(["aarch64-linux-gnu-objdump", "-d", str(bundle.path / "kernels" / "kernels.o")],
+                         capture_output=True, text=True, check=True).stdout
+    assert ("\tsdot\t" in dis) == (board == "rpi5")
 
     def run(b: int, x: np.ndarray) -> np.ndarray:
         np.save(tmp_path / "x.npy", x)
@@ -359,7 +365,7 @@ def test_qdq_cnn_integer_kernels_on_aarch64(tmp_path):
         return np.load(next(out.glob("0_*.npy")))
 
     err = kws_lsb_error(path, run, sizes_for(1, 6))
-    assert err <= 1.0, f"{err:.3g} LSB off onnxruntime on qemu-aarch64"
+    assert err <= 1.0, f"{err:.3g} LSB off onnxruntime on qemu-aarch64 ({board})"
 
 
 def test_fixed_point_multiplier_is_exact_and_rounds_half_to_even():

@@ -32,7 +32,7 @@ from tvm import s_tir, tirx
 
 from ..model.tir import region_tensor
 from .dense import _consumers_deep, _fuse_epilogue
-from .int8_dot import DSP_LANES, INTRINSICS, LANES as DOT_LANES, PAIR, QUAD, dsp_intrinsic
+from .int8_dot import DSP_LANES, INTRINSICS, LANES as DOT_LANES, QUAD, dsp_intrinsic
 
 CONV_BLOCKS = ("conv2d_nchw", "group_conv2d_nchw", "depthwise_conv2d_nchw")
 MAX_ROWS = 2  # output rows per depthwise tile: more rows (7, 14) measured slower on the host
@@ -47,7 +47,7 @@ class ConvTiles:
     # packed in panels of oc channels
     cvec: bool = False
     # int8 pointwise kernels only: the dot-product instruction (schedule/int8_dot.py; "": the compiler's
-    # multiply-add), input channels taken in its groups. "avx2": channel vectors; "dsp": the scalar form
+    # multiply-add), input channels taken in its groups. "avx2", "sdot": channel vectors; "dsp": the scalar form
     dot: str = ""
 
     @staticmethod
@@ -107,12 +107,17 @@ def depthwise_vectors(ext: ConvExtents, lanes: int) -> bool:
 
 def dot_fits(ext: ConvExtents, tiles: ConvTiles, dot: str) -> bool:
     """Whether tiles can use the int8 dot instruction `dot`: an int8 kernel, whole groups of input channels,
-    whole instructions of output channels; AVX2's on channel vectors, the DSP's on the scalar pointwise form."""
+    whole instructions of output channels; AVX2's and SDOT on channel vectors, the DSP's on the scalar form."""
     if not (dot and ext.integer):
         return False
     if dot == "dsp":
         return ext.flat and not tiles.cvec and ext.c % QUAD == 0 and tiles.oc % DSP_LANES[-1] == 0
-    return tiles.cvec and ext.c % PAIR == 0 and tiles.oc % DOT_LANES == 0
+    return tiles.cvec and dot in INTRINSICS and ext.c % group_of(dot) == 0 and tiles.oc % DOT_LANES == 0
+
+
+def group_of(dot: str) -> int:
+    """Input channels per instruction of a channel-vector dot (1: none): the weights are packed in groups of it."""
+    return INTRINSICS[dot][1] if dot in INTRINSICS else 1
 
 
 @dataclass(frozen=True)
@@ -275,8 +280,8 @@ def schedule_conv(func: tirx.PrimFunc, block: str, tiles: ConvTiles, parallel: b
 
 
 def weight_panels(func: tirx.PrimFunc, block: str, tiles: ConvTiles) -> dict[int, tuple[int, int]]:
-    """{parameter index: (panel, pair)} of the weight a channel-vector kernel reads packed (schedule/pack.py;
-    pair 2: input channels in pairs for the int8 dot); {} when `tiles` is not that form, or the kernel cannot
+    """{parameter index: (panel, group)} of the weight a channel-vector kernel reads packed (schedule/pack.py;
+    group 2 or 4: input channels in the int8 dot's groups); {} when `tiles` is not that form, or the kernel cannot
     take it: its result is a parameter, or its weight is not one."""
     read = _weight_read(func, block) if tiles.cvec else None
     if read is None or int(func.params[read[1]].shape[0]) % tiles.oc:
@@ -284,7 +289,7 @@ def weight_panels(func: tirx.PrimFunc, block: str, tiles: ConvTiles) -> dict[int
     ext = extents_of(func, block)
     if not (ext.flat or ext.depthwise):
         return {}  # channel vectors are the pointwise and depthwise forms only
-    return {read[1]: (tiles.oc, PAIR if tiles.dot else 1)}
+    return {read[1]: (tiles.oc, group_of(tiles.dot))}
 
 
 def _weight_read(func: tirx.PrimFunc, block: str) -> tuple[int, int] | None:
@@ -306,12 +311,12 @@ def _weight_read(func: tirx.PrimFunc, block: str) -> tuple[int, int] | None:
 def _schedule_channel_vectors(func: tirx.PrimFunc, block: str, tiles: ConvTiles, parallel: bool) -> tirx.PrimFunc:
     """Pointwise as a dense micro-kernel: per work item (an image's `ow` pixels x `oc` channels) the reduction
     over input channels outermost, pixels unrolled, channels vectorized; accumulators laid out [n, p, f].
-    With `tiles.dot`, input channels go in pairs and each 8 channels x pair is the dot instruction."""
+    With `tiles.dot`, input channels go in the dot's groups and each 8 channels x group is the intrinsic."""
     sch = s_tir.Schedule(tvm.IRModule({"main": func}))
     blk = sch.get_sblock(block)
-    oc, (wi, _) = tiles.oc, _weight_read(func, block)
+    oc, (wi, _), g = tiles.oc, _weight_read(func, block), group_of(tiles.dot)
     if tiles.dot:
-        sch.transform_layout(blk, ("read", wi), lambda f, c, r, s: (f // oc, c // PAIR, r, s, f % oc, c % PAIR))
+        sch.transform_layout(blk, ("read", wi), lambda f, c, r, s: (f // oc, c // g, r, s, f % oc, c % g))
     else:
         sch.transform_layout(blk, ("read", wi), lambda f, c, r, s: (f // oc, c, r, s, f % oc))
     for p in sch.get_producers(blk):
@@ -322,7 +327,7 @@ def _schedule_channel_vectors(func: tirx.PrimFunc, block: str, tiles: ConvTiles,
     fo, fi = sch.split(f, [None, oc])
     po, pi = sch.split(p, [None, tiles.ow])
     if tiles.dot:
-        rc, rci = sch.split(rc, [None, PAIR])
+        rc, rci = sch.split(rc, [None, g])
         fio, fi = sch.split(fi, [None, DOT_LANES])
         sch.reorder(n, po, fo, rc, ry, rx, pi, fio, fi, rci)
         sch.unroll(fio)
@@ -335,7 +340,7 @@ def _schedule_channel_vectors(func: tirx.PrimFunc, block: str, tiles: ConvTiles,
     init = sch.decompose_reduction(blk, rc)
     if tiles.dot:
         sch.vectorize(sch.get_loops(init)[-1])
-        sch.tensorize(fi, INTRINSICS[tiles.dot])
+        sch.tensorize(fi, INTRINSICS[tiles.dot][0])
     return sch.mod["main"]
 
 

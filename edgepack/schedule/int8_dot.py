@@ -11,6 +11,11 @@ A two activations (input channels c and c + 1 of one pixel, any stride apart), B
 the pair, stored pairwise ([.., oc, 2] panels, schedule/pack.py) so 16 int8 weights are one load. A's pair is
 packed into one int32 and broadcast, as `vpmaddwd` reads it.
 
+`sdot`: Armv8.2's dot product (aarch64 boards whose file lists "+dotprod": Cortex-A55, A76, the Pi 5; not the
+Pi 4's A72). `SDOT` adds 4 products of int8 into each of 4 int32 lanes: 16 multiply-adds per instruction.
+The same form as AVX2's over 4 input channels: two SDOTs for 8 output channels, the weights packed in
+groups of 4 ([.., oc, 4]), the 4 activations packed into one int32 and broadcast.
+
 `dsp`: the Armv7E-M DSP extension (Cortex-M4, M7, M33 with DSP) of C kernels. `SMLAD` multiplies the two int16
 halves of two words and adds both products to an int32: 2 multiply-adds per instruction, where the core's
 `MLA` does one. The intrinsic is a pointwise kernel's whole reduction for one pixel and `lanes` output
@@ -29,46 +34,70 @@ from tvm.s_tir import TensorIntrin
 from tvm.script import tirx as T
 
 AVX2_PAIR_DOT = "ep_avx2_int8_pair_dot_8x2"
-LANES = 8  # int32 outputs per instruction
-PAIR = 2  # input channels per instruction
+NEON_SDOT = "ep_neon_int8_sdot_8x4"
+LANES = 8  # int32 outputs per channel-vector intrinsic
 QUAD = 4  # DSP: input channels per word of int8 weights (the reduction a multiple of it)
 DSP_LANES = (8, 4)  # DSP: output channels per call, the widest first
 
 
-def _pair_dot(body: bool):
-    """The description (the plain loop tensorize matches) or the implementation (the instruction)."""
+def _channel_dot_desc(lanes: int, group: int):
+    """The plain loop tensorize matches: C[i] += A[k] * B[i, k] for i < lanes, k < group; B packed [.., oc, group]."""
 
     @T.prim_func(s_tir=True)
     def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
         sa, sb = T.int64(), T.int64()
-        A = T.match_buffer(a, (T.int64(2), T.int64(1), T.int64(1)), "int8", offset_factor=1, strides=[sa, sb, 1])
-        B = T.match_buffer(b, (T.int64(8), T.int64(2)), "int8", offset_factor=1)
-        C = T.match_buffer(c, (T.int64(8),), "int32", offset_factor=1)
+        A = T.match_buffer(a, (T.int64(group), T.int64(1), T.int64(1)), "int8", offset_factor=1,
+                           strides=[sa, sb, 1])
+        B = T.match_buffer(b, (T.int64(lanes), T.int64(group)), "int8", offset_factor=1)
+        C = T.match_buffer(c, (T.int64(lanes),), "int32", offset_factor=1)
         with T.sblock("root"):
-            T.reads(C[0:8], A[0:2, 0:1, 0:1], B[0:8, 0:2])
-            T.writes(C[0:8])
-            for i, k in T.grid(T.int64(8), T.int64(2)):
+            T.reads(C[0:lanes], A[0:group, 0:1, 0:1], B[0:lanes, 0:group])
+            T.writes(C[0:lanes])
+            for i, k in T.grid(T.int64(lanes), T.int64(group)):
                 with T.sblock("update"):
                     vi, vk = T.axis.remap("SR", [i, k])
                     C[vi] = C[vi] + T.Cast("int32", A[vk, 0, 0]) * T.Cast("int32", B[vi, vk])
 
-    @T.prim_func(s_tir=True)
-    def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
-        sa, sb = T.int64(), T.int64()
-        A = T.match_buffer(a, (T.int64(2), T.int64(1), T.int64(1)), "int8", offset_factor=1, strides=[sa, sb, 1])
-        B = T.match_buffer(b, (T.int64(8), T.int64(2)), "int8", offset_factor=1)
-        C = T.match_buffer(c, (T.int64(8),), "int32", offset_factor=1)
-        with T.sblock("root"):
-            T.reads(C[0:8], A[0:2, 0:1, 0:1], B[0:8, 0:2])
-            T.writes(C[0:8])
-            pair = T.bitwise_or(T.bitwise_and(T.Cast("int32", A[0, 0, 0]), 0xFFFF),
-                                T.shift_left(T.Cast("int32", A[1, 0, 0]), 16))
-            a16 = T.reinterpret("int16x16", T.broadcast(pair, 8))
-            b16 = T.Cast("int16x16", B.vload([T.int64(0), T.int64(0)], "int8x16"))
-            C[T.ramp(T.int64(0), 1, 8)] = C[T.ramp(T.int64(0), 1, 8)] + T.call_llvm_pure_intrin(
-                "int32x8", T.llvm_lookup_intrinsic_id("llvm.x86.avx2.pmadd.wd"), a16, b16)
+    return desc
 
-    return impl if body else desc
+
+@T.prim_func(s_tir=True)
+def _avx2_pair_dot(a: T.handle, b: T.handle, c: T.handle) -> None:
+    sa, sb = T.int64(), T.int64()
+    A = T.match_buffer(a, (T.int64(2), T.int64(1), T.int64(1)), "int8", offset_factor=1, strides=[sa, sb, 1])
+    B = T.match_buffer(b, (T.int64(8), T.int64(2)), "int8", offset_factor=1)
+    C = T.match_buffer(c, (T.int64(8),), "int32", offset_factor=1)
+    with T.sblock("root"):
+        T.reads(C[0:8], A[0:2, 0:1, 0:1], B[0:8, 0:2])
+        T.writes(C[0:8])
+        pair = T.bitwise_or(T.bitwise_and(T.Cast("int32", A[0, 0, 0]), 0xFFFF),
+                            T.shift_left(T.Cast("int32", A[1, 0, 0]), 16))
+        a16 = T.reinterpret("int16x16", T.broadcast(pair, 8))
+        b16 = T.Cast("int16x16", B.vload([T.int64(0), T.int64(0)], "int8x16"))
+        C[T.ramp(T.int64(0), 1, 8)] = C[T.ramp(T.int64(0), 1, 8)] + T.call_llvm_pure_intrin(
+            "int32x8", T.llvm_lookup_intrinsic_id("llvm.x86.avx2.pmadd.wd"), a16, b16)
+
+
+@T.prim_func(s_tir=True)
+def _neon_sdot(a: T.handle, b: T.handle, c: T.handle) -> None:
+    """Two SDOTs: the 4 activations packed into one int32 and broadcast, against 16 weights (4 channels x 4)."""
+    sa, sb = T.int64(), T.int64()
+    A = T.match_buffer(a, (T.int64(4), T.int64(1), T.int64(1)), "int8", offset_factor=1, strides=[sa, sb, 1])
+    B = T.match_buffer(b, (T.int64(8), T.int64(4)), "int8", offset_factor=1)
+    C = T.match_buffer(c, (T.int64(8),), "int32", offset_factor=1)
+    with T.sblock("root"):
+        T.reads(C[0:8], A[0:4, 0:1, 0:1], B[0:8, 0:4])
+        T.writes(C[0:8])
+        quad = T.bitwise_or(
+            T.bitwise_or(T.bitwise_and(T.Cast("int32", A[0, 0, 0]), 0xFF),
+                         T.shift_left(T.bitwise_and(T.Cast("int32", A[1, 0, 0]), 0xFF), 8)),
+            T.bitwise_or(T.shift_left(T.bitwise_and(T.Cast("int32", A[2, 0, 0]), 0xFF), 16),
+                         T.shift_left(T.Cast("int32", A[3, 0, 0]), 24)))
+        a8 = T.reinterpret("int8x16", T.broadcast(quad, 4))
+        for h in T.unroll(2):
+            C[T.ramp(T.int64(4) * h, 1, 4)] = T.call_llvm_pure_intrin(
+                "int32x4", T.llvm_lookup_intrinsic_id("llvm.aarch64.neon.sdot"), C[T.ramp(T.int64(4) * h, 1, 4)],
+                B.vload([T.int64(4) * h, T.int64(0)], "int8x16"), a8)
 
 
 def dsp_intrinsic(lanes: int, k: int) -> str:
@@ -116,5 +145,7 @@ def _dsp_dot(lanes: int, k: int, body: bool):
 
 
 _REGISTERED: set[str] = set()
-TensorIntrin.register(AVX2_PAIR_DOT, _pair_dot(False), _pair_dot(True))
-INTRINSICS = {"avx2": AVX2_PAIR_DOT}  # ConvTiles.dot of channel vectors -> the intrinsic
+TensorIntrin.register(AVX2_PAIR_DOT, _channel_dot_desc(8, 2), _avx2_pair_dot)
+TensorIntrin.register(NEON_SDOT, _channel_dot_desc(8, 4), _neon_sdot)
+# ConvTiles.dot of channel vectors -> (the intrinsic, input channels per instruction: the weights' packing)
+INTRINSICS = {"avx2": (AVX2_PAIR_DOT, 2), "sdot": (NEON_SDOT, 4)}

@@ -52,8 +52,8 @@ def pack_func(func: tirx.PrimFunc, block: str, read_index: int, panel: int) -> t
 
 def pack_array(w: np.ndarray, panel: int, pair: int = 1) -> np.ndarray:
     """Dense W[K, N] -> [N / panel, K, panel]; a pointwise conv's W[F, C, 1, 1] -> [F / panel, C, 1, 1, panel],
-    or with `pair` 2 [F / panel, C / 2, 1, 1, panel, 2] (schedule/conv.py, channel-vector form; the int8 dot's
-    pairs): all panels of output channels, reduction-major inside."""
+    or with `pair` 2 or 4 [F / panel, C / pair, 1, 1, panel, pair] (schedule/conv.py, channel-vector form: the
+    int8 dot's groups of input channels): all panels of output channels, reduction-major inside."""
     if w.ndim == 4:
         f, c, kh, kw = w.shape
         if pair == 1:
