@@ -106,6 +106,42 @@ def test_bench_baseline_onnxruntime(run_json):
             assert b["speedup_without_call_cost"] < b["speedup"]
 
 
+def test_baseline_round_ends_when_onnxruntime_threads_are_idle(tmp_path):
+    """After a round of a 2-thread onnxruntime session its workers spin; the round returns only once they have
+    stopped (this process under 5% of a core), so edgepack's next run does not share a core with them."""
+    import threading
+    import time
+
+    from edgepack.examples import EXAMPLES
+    from edgepack.report.baseline import OrtBaseline, wait_until_idle
+
+    base = OrtBaseline(EXAMPLES["encoder"].path, [2])
+    feeds = base.feeds(random_inputs_for(base, seq=64))
+    for _ in range(2):  # the first round also makes the call-cost probe's session, which takes a while
+        base.measure(feeds, repeat=5, warmup=1)
+    c0 = time.process_time()
+    time.sleep(0.05)
+    assert time.process_time() - c0 < 0.05 * 0.05 * 4, "onnxruntime's threads still busy after the round"
+    stop = time.monotonic() + 0.15
+
+    def spin():  # a thread of our own, busy for 150 ms: waited for, within the cap
+        while time.monotonic() < stop:
+            pass
+
+    spinner = threading.Thread(target=spin)
+    spinner.start()
+    waited = wait_until_idle(max_s=1.0)
+    spinner.join()
+    assert 0.1 <= waited < 1.0, waited
+
+
+def random_inputs_for(base, seq: int):
+    sess = next(iter(base.sessions.values()))[1]
+    rng = np.random.default_rng(0)
+    return [rng.standard_normal([seq if not isinstance(d, int) else d for d in i.shape]).astype(np.float32)
+            for i in sess.get_inputs()]
+
+
 def test_schema_round_trip(run_json, tmp_path):
     doc = json.loads(run_json.read_text())
     run = load_run(run_json)

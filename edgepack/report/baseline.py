@@ -72,9 +72,25 @@ class OrtBaseline:
         return dict(zip(self.input_names, arrays))
 
     def measure(self, feeds: dict, repeat: int, warmup: int) -> dict[str, list[int]]:
-        """One round: every session, then the call-cost probe (key "call_cost")."""
+        """One round: every session, then the call-cost probe (key "call_cost"); returns once onnxruntime's
+        worker threads have gone idle, so that the next contender does not share the cores with them."""
         out = {k: ort_samples_ns(s, feeds, repeat, warmup) for k, (_, s) in self.sessions.items()}
         if self._identity is None:
             self._identity = session(identity_model(feeds), 1)
         out["call_cost"] = ort_samples_ns(self._identity, feeds, repeat, warmup)
+        wait_until_idle()
         return out
+
+
+def wait_until_idle(max_s: float = 1.0, quantum_s: float = 0.01, busy: float = 0.05) -> float:
+    """Sleep until this process's threads use under `busy` of a core over `quantum_s` (at most `max_s`);
+    -> seconds waited. onnxruntime's intra-op workers spin after a run (measured: 40 ms at 100% of a core
+    after a 2-thread session's run of MiniLM, 2026-12-07): a 2-thread edgepack run started then shares a core
+    with them, which made edgepack's 2-thread figures at small sizes up to 3x slow and their spread 100-200%."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < max_s:
+        c0 = time.process_time()  # CPU time of every thread of this process
+        time.sleep(quantum_s)
+        if time.process_time() - c0 < busy * quantum_s:
+            break
+    return time.monotonic() - t0
