@@ -40,11 +40,12 @@ QUAD = 4  # DSP: input channels per word of int8 weights (the reduction a multip
 DSP_LANES = (8, 4)  # DSP: output channels per call, the widest first
 
 
-def _channel_dot_desc(lanes: int, group: int):
-    """The plain loop tensorize matches: C[i] += A[k] * B[i, k] for i < lanes, k < group; B packed [.., oc, group]."""
+def _channel_dot(instruction: str, lanes: int, group: int):
+    """C[i] += A[k] * B[i, k] for i < lanes, k < group, B packed [.., oc, group]: `instruction` "" gives the
+    description (the loop tensorize matches), "avx2" and "sdot" the implementations."""
 
     @T.prim_func(s_tir=True)
-    def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
+    def func(a: T.handle, b: T.handle, c: T.handle) -> None:
         sa, sb = T.int64(), T.int64()
         A = T.match_buffer(a, (T.int64(group), T.int64(1), T.int64(1)), "int8", offset_factor=1,
                            strides=[sa, sb, 1])
@@ -53,51 +54,31 @@ def _channel_dot_desc(lanes: int, group: int):
         with T.sblock("root"):
             T.reads(C[0:lanes], A[0:group, 0:1, 0:1], B[0:lanes, 0:group])
             T.writes(C[0:lanes])
-            for i, k in T.grid(T.int64(lanes), T.int64(group)):
-                with T.sblock("update"):
-                    vi, vk = T.axis.remap("SR", [i, k])
-                    C[vi] = C[vi] + T.Cast("int32", A[vk, 0, 0]) * T.Cast("int32", B[vi, vk])
+            if instruction == "avx2":  # Python constants: the parser keeps one branch
+                pair = T.bitwise_or(T.bitwise_and(T.Cast("int32", A[0, 0, 0]), 0xFFFF),
+                                    T.shift_left(T.Cast("int32", A[1, 0, 0]), 16))
+                a16 = T.reinterpret("int16x16", T.broadcast(pair, 8))
+                b16 = T.Cast("int16x16", B.vload([T.int64(0), T.int64(0)], "int8x16"))
+                C[T.ramp(T.int64(0), 1, 8)] = C[T.ramp(T.int64(0), 1, 8)] + T.call_llvm_pure_intrin(
+                    "int32x8", T.llvm_lookup_intrinsic_id("llvm.x86.avx2.pmadd.wd"), a16, b16)
+            elif instruction == "sdot":  # two SDOTs of 4 channels x 4 against the 4 activations broadcast
+                quad = T.bitwise_or(
+                    T.bitwise_or(T.bitwise_and(T.Cast("int32", A[0, 0, 0]), 0xFF),
+                                 T.shift_left(T.bitwise_and(T.Cast("int32", A[1, 0, 0]), 0xFF), 8)),
+                    T.bitwise_or(T.shift_left(T.bitwise_and(T.Cast("int32", A[2, 0, 0]), 0xFF), 16),
+                                 T.shift_left(T.Cast("int32", A[3, 0, 0]), 24)))
+                a8 = T.reinterpret("int8x16", T.broadcast(quad, 4))
+                for h in T.unroll(2):
+                    C[T.ramp(T.int64(4) * h, 1, 4)] = T.call_llvm_pure_intrin(
+                        "int32x4", T.llvm_lookup_intrinsic_id("llvm.aarch64.neon.sdot"),
+                        C[T.ramp(T.int64(4) * h, 1, 4)], B.vload([T.int64(4) * h, T.int64(0)], "int8x16"), a8)
+            else:
+                for i, k in T.grid(T.int64(lanes), T.int64(group)):
+                    with T.sblock("update"):
+                        vi, vk = T.axis.remap("SR", [i, k])
+                        C[vi] = C[vi] + T.Cast("int32", A[vk, 0, 0]) * T.Cast("int32", B[vi, vk])
 
-    return desc
-
-
-@T.prim_func(s_tir=True)
-def _avx2_pair_dot(a: T.handle, b: T.handle, c: T.handle) -> None:
-    sa, sb = T.int64(), T.int64()
-    A = T.match_buffer(a, (T.int64(2), T.int64(1), T.int64(1)), "int8", offset_factor=1, strides=[sa, sb, 1])
-    B = T.match_buffer(b, (T.int64(8), T.int64(2)), "int8", offset_factor=1)
-    C = T.match_buffer(c, (T.int64(8),), "int32", offset_factor=1)
-    with T.sblock("root"):
-        T.reads(C[0:8], A[0:2, 0:1, 0:1], B[0:8, 0:2])
-        T.writes(C[0:8])
-        pair = T.bitwise_or(T.bitwise_and(T.Cast("int32", A[0, 0, 0]), 0xFFFF),
-                            T.shift_left(T.Cast("int32", A[1, 0, 0]), 16))
-        a16 = T.reinterpret("int16x16", T.broadcast(pair, 8))
-        b16 = T.Cast("int16x16", B.vload([T.int64(0), T.int64(0)], "int8x16"))
-        C[T.ramp(T.int64(0), 1, 8)] = C[T.ramp(T.int64(0), 1, 8)] + T.call_llvm_pure_intrin(
-            "int32x8", T.llvm_lookup_intrinsic_id("llvm.x86.avx2.pmadd.wd"), a16, b16)
-
-
-@T.prim_func(s_tir=True)
-def _neon_sdot(a: T.handle, b: T.handle, c: T.handle) -> None:
-    """Two SDOTs: the 4 activations packed into one int32 and broadcast, against 16 weights (4 channels x 4)."""
-    sa, sb = T.int64(), T.int64()
-    A = T.match_buffer(a, (T.int64(4), T.int64(1), T.int64(1)), "int8", offset_factor=1, strides=[sa, sb, 1])
-    B = T.match_buffer(b, (T.int64(8), T.int64(4)), "int8", offset_factor=1)
-    C = T.match_buffer(c, (T.int64(8),), "int32", offset_factor=1)
-    with T.sblock("root"):
-        T.reads(C[0:8], A[0:4, 0:1, 0:1], B[0:8, 0:4])
-        T.writes(C[0:8])
-        quad = T.bitwise_or(
-            T.bitwise_or(T.bitwise_and(T.Cast("int32", A[0, 0, 0]), 0xFF),
-                         T.shift_left(T.bitwise_and(T.Cast("int32", A[1, 0, 0]), 0xFF), 8)),
-            T.bitwise_or(T.shift_left(T.bitwise_and(T.Cast("int32", A[2, 0, 0]), 0xFF), 16),
-                         T.shift_left(T.Cast("int32", A[3, 0, 0]), 24)))
-        a8 = T.reinterpret("int8x16", T.broadcast(quad, 4))
-        for h in T.unroll(2):
-            C[T.ramp(T.int64(4) * h, 1, 4)] = T.call_llvm_pure_intrin(
-                "int32x4", T.llvm_lookup_intrinsic_id("llvm.aarch64.neon.sdot"), C[T.ramp(T.int64(4) * h, 1, 4)],
-                B.vload([T.int64(4) * h, T.int64(0)], "int8x16"), a8)
+    return func
 
 
 def dsp_intrinsic(lanes: int, k: int) -> str:
@@ -111,10 +92,11 @@ def dsp_intrinsic(lanes: int, k: int) -> str:
 
 
 def _dsp_dot(lanes: int, k: int, body: bool):
-    """DSP: the description or the call of `ep_dsp_dot_<lanes>(acc, acc_stride, x, x_stride, w, w_stride, k)`."""
+    """DSP: the description (`body` False: the loop tensorize matches) or the implementation, the call of
+    `ep_dsp_dot_<lanes>(acc, acc_stride, x, x_stride, w, w_stride, k)`."""
 
     @T.prim_func(s_tir=True)
-    def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
+    def func(a: T.handle, b: T.handle, c: T.handle) -> None:
         sa, sh, sb, sc = T.int64(), T.int64(), T.int64(), T.int64()
         A = T.match_buffer(a, (T.int64(k), T.int64(1), T.int64(1)), "int8", offset_factor=1, strides=[sa, sh, 1])
         B = T.match_buffer(b, (T.int64(lanes), T.int64(k), T.int64(1), T.int64(1)), "int8", offset_factor=1,
@@ -123,29 +105,20 @@ def _dsp_dot(lanes: int, k: int, body: bool):
         with T.sblock("root"):
             T.reads(C[0:lanes, 0:1], A[0:k, 0:1, 0:1], B[0:lanes, 0:k, 0:1, 0:1])
             T.writes(C[0:lanes, 0:1])
-            for i, j in T.grid(T.int64(lanes), T.int64(k)):
-                with T.sblock("update"):
-                    vi, vj = T.axis.remap("SR", [i, j])
-                    C[vi, 0] = C[vi, 0] + T.Cast("int32", A[vj, 0, 0]) * T.Cast("int32", B[vi, vj, 0, 0])
+            if body:  # a Python constant: the parser keeps one branch
+                T.evaluate(T.call_extern("int32", f"ep_dsp_dot_{lanes}", C.access_ptr("rw"), sc, A.access_ptr("r"),
+                                         sa, B.access_ptr("r"), sb, T.int64(k)))
+            else:
+                for i, j in T.grid(T.int64(lanes), T.int64(k)):
+                    with T.sblock("update"):
+                        vi, vj = T.axis.remap("SR", [i, j])
+                        C[vi, 0] = C[vi, 0] + T.Cast("int32", A[vj, 0, 0]) * T.Cast("int32", B[vi, vj, 0, 0])
 
-    @T.prim_func(s_tir=True)
-    def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
-        sa, sh, sb, sc = T.int64(), T.int64(), T.int64(), T.int64()
-        A = T.match_buffer(a, (T.int64(k), T.int64(1), T.int64(1)), "int8", offset_factor=1, strides=[sa, sh, 1])
-        B = T.match_buffer(b, (T.int64(lanes), T.int64(k), T.int64(1), T.int64(1)), "int8", offset_factor=1,
-                           strides=[sb, 1, 1, 1])
-        C = T.match_buffer(c, (T.int64(lanes), T.int64(1)), "int32", offset_factor=1, strides=[sc, 1])
-        with T.sblock("root"):
-            T.reads(C[0:lanes, 0:1], A[0:k, 0:1, 0:1], B[0:lanes, 0:k, 0:1, 0:1])
-            T.writes(C[0:lanes, 0:1])
-            T.evaluate(T.call_extern("int32", f"ep_dsp_dot_{lanes}", C.access_ptr("rw"), sc, A.access_ptr("r"), sa,
-                                     B.access_ptr("r"), sb, T.int64(k)))
-
-    return impl if body else desc
+    return func
 
 
 _REGISTERED: set[str] = set()
-TensorIntrin.register(AVX2_PAIR_DOT, _channel_dot_desc(8, 2), _avx2_pair_dot)
-TensorIntrin.register(NEON_SDOT, _channel_dot_desc(8, 4), _neon_sdot)
+TensorIntrin.register(AVX2_PAIR_DOT, _channel_dot("", 8, 2), _channel_dot("avx2", 8, 2))
+TensorIntrin.register(NEON_SDOT, _channel_dot("", 8, 4), _channel_dot("sdot", 8, 4))
 # ConvTiles.dot of channel vectors -> (the intrinsic, input channels per instruction: the weights' packing)
 INTRINSICS = {"avx2": (AVX2_PAIR_DOT, 2), "sdot": (NEON_SDOT, 4)}
