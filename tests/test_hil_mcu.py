@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from conftest import EXPORT_DIMS, EXPORTS, have, run_cli, sizes_for
 from test_examples_e2e import _token_inputs
-from test_quant_import import kws_lsb_error, quantize_kws
+from test_quant_import import kws_lsb_error, kws_pointwise_kernel, quantize_kws
 
 from edgepack import standin
 from edgepack.board import Connection, load_board
@@ -235,16 +235,14 @@ def test_quantised_cnn_on_the_stand_in(device, board, tmp_path):
     8-channel SMLAD calls (the default takes 4 channels x 2 pixels there)."""
     from dataclasses import replace
 
-    from edgepack.pipeline import build_package, lower_model, prepare
-    from edgepack.schedule.conv import ConvTiles, conv_block, extents_of
+    from edgepack.pipeline import build_package
+    from edgepack.schedule.conv import ConvTiles
     from edgepack.schedule.defaults import schedules_for
 
     path = quantize_kws(tmp_path)
     variants = {"default": None}
     if board.int8_dot == "dsp":
-        model, dims = prepare(path, {"batch": (1, 3)})
-        pw = next(k for k, f in lower_model("kws", model, dims).kernels.items()
-                  if (b := conv_block(f)) and extents_of(f, b).flat)
+        pw, _ = kws_pointwise_kernel(path, 3)
         variants["dsp8"] = replace(schedules_for(board), conv={pw: ConvTiles(8, 1, 1, dot="dsp")})
     for label, schedules in variants.items():
         bundle = build_package(path, board.name, {"batch": (1, 3)}, tmp_path / label, name="kws",

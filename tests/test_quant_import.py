@@ -288,14 +288,11 @@ def test_int8_pointwise_kernel_uses_the_board_dot_instruction(tmp_path):
     import tvm
 
     from edgepack.board import load_board
-    from edgepack.pipeline import lower_model, prepare
     from edgepack.schedule.conv import conv_block, extents_of
     from edgepack.schedule.defaults import schedules_for
     from edgepack.schedule.variants import make_variants
 
-    model, dims = prepare(quantize_kws(tmp_path), {"batch": (1, 6)})
-    kernels = lower_model("kws", model, dims).kernels
-    name, func = next((k, f) for k, f in kernels.items() if (b := conv_block(f)) and extents_of(f, b).flat)
+    name, func = kws_pointwise_kernel(quantize_kws(tmp_path), 6)
     assert extents_of(func, conv_block(func)).integer
     host = load_board("host")
     for board in (host, load_board("rpi4"), load_board("rpi5")):
@@ -315,19 +312,25 @@ def test_int8_pointwise_c_kernel_uses_smlad_where_the_core_has_dsp(tmp_path):
     """On a Cortex-M4 (board feature "+dsp") the kws net's int8 pointwise kernel is a call of the package's
     SMLAD dot per pixel and 4 or 8 channels over the whole reduction; on the Cortex-M3 the plain multiply-add."""
     from edgepack.board import load_board
-    from edgepack.pipeline import lower_model, prepare
-    from edgepack.schedule.conv import conv_block, extents_of
     from edgepack.schedule.defaults import schedules_for
     from edgepack.schedule.variants import make_variants
 
-    model, dims = prepare(quantize_kws(tmp_path), {"batch": (1, 3)})
-    kernels = lower_model("kws", model, dims).kernels
-    name, func = next((k, f) for k, f in kernels.items() if (b := conv_block(f)) and extents_of(f, b).flat)
+    name, func = kws_pointwise_kernel(quantize_kws(tmp_path), 3)
     for board, dot in (("mps2-an386", "dsp"), ("mps2-an385", "")):
         assert load_board(board).int8_dot == dot
         text = make_variants(name, func, schedules_for(load_board(board))).variants[0].func.script()
         assert ('"ep_dsp_dot_' in text) == bool(dot), board
         assert "T.where" not in text
+
+
+def kws_pointwise_kernel(path: Path, max_batch: int):
+    """(name, PrimFunc) of the quantised kws net's pointwise conv kernel, lowered with batch 1..max_batch."""
+    from edgepack.pipeline import lower_model, prepare
+    from edgepack.schedule.conv import conv_block, extents_of
+
+    model, dims = prepare(path, {"batch": (1, max_batch)})
+    kernels = lower_model("kws", model, dims).kernels
+    return next((k, f) for k, f in kernels.items() if (b := conv_block(f)) and extents_of(f, b).flat)
 
 
 def kws_lsb_error(path: Path, run, sizes: list[int]) -> float:

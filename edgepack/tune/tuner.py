@@ -69,11 +69,11 @@ class TuneReport:
 
 
 def hardware_of(board: Board, packed: bool) -> Hardware:
-    """The space's hardware limits; `packed`: dense weights in panels (Schedules.pack for the board). The int8
-    dot: AVX2's on packed channel vectors, the DSP's on C kernels (schedule/defaults.py gives them the same)."""
-    dot = board.int8_dot if packed or board.target.kind == "c" else ""
+    """The space's hardware limits; `packed`: dense weights in panels (Schedules.pack for the board). The
+    board's int8 dot goes only where it fits (conv.dot_fits: AVX2's and SDOT on channel vectors, which need
+    packed weights; the DSP's on C kernels' scalar tiles)."""
     return Hardware(lanes=board.vector_lanes_f32, registers=board.vector_registers, cores=board.target.cores,
-                    packed=packed, int8_dot=dot)
+                    packed=packed, int8_dot=board.int8_dot)
 
 
 def tune_setting(board: Board, key: str, default: int) -> int:
