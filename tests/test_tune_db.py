@@ -300,21 +300,24 @@ def test_resume_measures_nothing_twice(tmp_path):
     assert len(measured) == 12 and len({json.dumps(x, sort_keys=True) for x in measured}) == 12
 
 
-NOW = {"pack": True, "vectorize": True, "parallel": True, "schedule": 2, "tvm": "0.27.0"}
+NOW = {"pack": True, "vectorize": True, "parallel": True, "threads": 2, "schedule": 2, "tvm": "0.27.0"}
 
 
 def test_measurements_of_other_kernels_are_never_served(db):
-    """Packing, vectorize, parallel, the schedule code's version and TVM's are part of the workload: a database
-    filled before weight packing (or with another TVM) is not reused, and its records stay for their settings."""
+    """Packing, vectorize, parallel, the measurements' threads, the schedule code's version and TVM's are part of
+    the workload: a database filled before weight packing (or with another TVM, or measured on one thread) is
+    not reused, and its records stay for their settings."""
     old = {**NOW, "pack": False, "tvm": "0.26.0"}
     before = db.workload(**DENSE, dynamic_dims={"M": (1, 64)}, variant=old)
     db.add_batch(before, [row(8, 16)])
-    for change in ({"pack": False}, {"vectorize": False}, {"parallel": False}, {"schedule": 1}, {"tvm": "0.26.0"}):
+    for change in ({"pack": False}, {"vectorize": False}, {"parallel": False}, {"threads": 4}, {"schedule": 1},
+                   {"tvm": "0.26.0"}):
         assert db.find_workload(**DENSE, variant={**NOW, **change}) is None, change
     now = db.workload(**DENSE, variant=NOW)
     assert now.id != before.id and db.measured(now) == [] and not db.has(now, {"tile_m": 8, "tile_n": 16}, {"M": 16})
     assert [r.median_s for r in db.measured(db.find_workload(**DENSE, variant=old))] == [1e-3]  # kept
     assert [w.id for w in db.other_variants(**DENSE, variant=NOW)] == [before.id]
+    assert db.find_workload(**DENSE, variant={k: v for k, v in NOW.items() if k != "threads"}) is None
     note = db.stale_note([tuple(DENSE.values())], NOW)
     assert "\n" not in note and "pack False -> True" in note and "tvm 0.26.0 -> 0.27.0" in note
     assert db.stale_note([tuple(DENSE.values())], old) is None  # the NOW workload has no measurement yet

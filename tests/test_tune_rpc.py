@@ -121,6 +121,20 @@ def test_measure_shapes_on_both_servers(farm, board, matmul_so):
           [(r.median_s, min(r.samples_s), max(r.samples_s)) for r in res])
 
 
+def test_servers_run_kernels_on_every_core_and_a_mismatch_is_reported(farm, board, matmul_so, caplog):
+    # TVM's own default on x86_64 is half the logical CPUs (1 thread on a 2-core machine): the farm sets it
+    caplog.set_level(logging.WARNING, logger="edgepack.tune.rpc_measurer")
+    with RPCMeasurer.local(board, farm, wait_s=10) as meas:
+        assert meas.measure_batch([mm(matmul_so, 4)])[0].ok
+    assert list(meas.server_threads.values()) == [os.cpu_count()] and board.target.cores == os.cpu_count()
+    assert "TVM_NUM_THREADS" not in caplog.text
+    bigger = dataclasses.replace(board, target=dataclasses.replace(board.target, cores=board.target.cores + 1))
+    with RPCMeasurer.local(bigger, farm, wait_s=10) as meas:
+        assert meas.measure_batch([mm(matmul_so, 4)])[0].ok
+    assert f"has {bigger.target.cores} cores" in caplog.text
+    assert f"TVM_NUM_THREADS={bigger.target.cores}" in caplog.text
+
+
 def test_failures_are_results_and_the_batch_goes_on(farm, board, matmul_so):
     inputs = [MeasureInput(does_not_build, "does_not_build", [((16,), "float32")]),
               mm(matmul_so, 8),

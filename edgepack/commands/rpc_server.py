@@ -25,8 +25,10 @@ def _server_words(board, a: argparse.Namespace, python: str) -> list[str]:
              "--port", str(port), "--port-end", str(port + 1)]  # exactly this port, not the next free one
     if a.tracker:
         words += ["--tracker", a.tracker, "--key", a.rpc_key or board.rpc_key]
-    env = [f"{k}={v}" for k, v in rpc.get("env", {}).items()]
-    return (["env", *env] if env else []) + words
+    # kernels on every core the board file declares: TVM's default on x86_64 is half the logical CPUs
+    # (docs/tvm-facts.md#cpu-thread-pool), and tuning would measure parallel candidates on too few cores
+    env = {"TVM_NUM_THREADS": str(board.target.cores), **rpc.get("env", {})}
+    return ["env", *[f"{k}={v}" for k, v in env.items()]] + words
 
 
 def _start(dev, board, a, python: str) -> str:

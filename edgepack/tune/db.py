@@ -129,11 +129,16 @@ def workload_key(op: str, static_dims: Mapping[str, int], dtype: str, board: str
 
 
 def kernel_variant(sched) -> dict[str, Any]:
-    """What, beside the config, decides the kernel a board builds: from its `schedule.variants.Schedules`."""
+    """What, beside the config, decides the kernel a board builds and how it was measured: from its
+    `schedule.variants.Schedules`. `threads` (parallel kernels only): the threads the measurements ran on,
+    the board's cores; measurements made before it was recorded ran on TVM's default, one thread on a
+    2-core x86_64 host (docs/tvm-facts.md#cpu-thread-pool), and are not served to a parallel build."""
     from ..schedule import SCHEDULE_VERSION
 
-    return {"pack": bool(sched.pack), "vectorize": bool(sched.vectorize),
-            "parallel": bool(sched.parallel and sched.cores > 1), "schedule": SCHEDULE_VERSION, "tvm": _tvm_version()}
+    parallel = bool(sched.parallel and sched.cores > 1)
+    return {"pack": bool(sched.pack), "vectorize": bool(sched.vectorize), "parallel": parallel,
+            **({"threads": int(sched.cores)} if parallel else {}), "schedule": SCHEDULE_VERSION,
+            "tvm": _tvm_version()}
 
 
 def variant_change(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:

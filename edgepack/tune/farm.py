@@ -8,6 +8,9 @@ edgepack runs on, with the process-group handling TVM's servers need.
 - A guardian process beside the farm kills every group it started if the owner dies without stopping it.
 - `restart=True`: a watchdog replaces a server that leaves the tracker, which a candidate that crashes its
   session makes it do (docs/tvm-facts.md#rpc-traps).
+- Servers run kernels on `threads` threads (default: every core of this machine, what a package built for it
+  uses). TVM's own default on x86_64 is half the logical CPUs, one thread on a 2-core machine, which measured
+  every parallel candidate on one core (docs/tvm-facts.md#cpu-thread-pool).
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ class LocalRPC:
 
     def __init__(self, key: str = "local", servers: int = 1, *, host: str = "127.0.0.1",
                  start_timeout: float = 120.0, log_dir: str | Path | None = None, restart: bool = False,
-                 python: str = sys.executable, env: dict[str, str] | None = None):
+                 python: str = sys.executable, env: dict[str, str] | None = None, threads: int | None = None):
         if servers < 1:
             raise ValueError("LocalRPC needs at least one server")
         self.key = key
@@ -68,7 +71,8 @@ class LocalRPC:
         self.start_timeout = start_timeout
         self.restart = restart
         self._python = python
-        self._env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        self.threads = threads or os.cpu_count() or 1
+        self._env = {**os.environ, "PYTHONUNBUFFERED": "1", "TVM_NUM_THREADS": str(self.threads), **(env or {})}
         self._own_log_dir = log_dir is None
         self._log_dir = Path(log_dir) if log_dir else None
         self._tracker: _Proc | None = None

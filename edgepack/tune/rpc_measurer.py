@@ -90,6 +90,7 @@ class RPCMeasurer:
         self._n_built = 0
         self._log_lock = threading.Lock()
         self._last_wait_log = 0.0
+        self.server_threads: dict[str, int] = {}  # "host:port" -> threads its kernels run on
 
     @classmethod
     def local(cls, board: Board, farm: LocalRPC, **kw) -> RPCMeasurer:
@@ -203,6 +204,8 @@ class RPCMeasurer:
 
     def _attempt(self, inp: MeasureInput, path: Path, attempt: int) -> MeasureResult:
         sess, server_id = self._session()
+        if server_id not in self.server_threads:
+            self._check_threads(sess, server_id)
         kind, value = _run_on_session(sess, path, inp, self.board.timing, self.flush_cache)
         if kind == "lost":
             sess = None  # drop the dead session before probing
@@ -219,6 +222,22 @@ class RPCMeasurer:
             return MeasureResult(None, [], value, server=server_id, attempts=attempt)
         samples = [float(s) for s in value]
         return MeasureResult(statistics.median(samples), samples, None, server=server_id, attempts=attempt)
+
+    def _check_threads(self, sess, server_id: str) -> None:
+        """Once per server: warn when its kernels run on another number of threads than the board's cores
+        (the package uses them all). Parallel candidates would be measured on the wrong number of cores:
+        TVM's default on x86_64 is half the logical CPUs (docs/tvm-facts.md#cpu-thread-pool)."""
+        try:
+            n = int(sess.get_function("runtime.NumThreads")())
+        except Exception:  # a runtime without the function: nothing to check against
+            return
+        with self._log_lock:
+            self.server_threads[server_id] = n
+        if n != self.board.target.cores:
+            log.warning("RPC server %s runs kernels on %d thread(s) but board '%s' has %d cores: parallel "
+                        "candidates are measured on too %s cores; start the server with TVM_NUM_THREADS=%d",
+                        server_id, n, self.board.name, self.board.target.cores,
+                        "few" if n < self.board.target.cores else "many", self.board.target.cores)
 
     # -- sessions ----------------------------------------------------------------------------------------------
     def _session(self):
@@ -322,14 +341,14 @@ class RPCMeasurer:
             return (f"the RPC tracker {th}:{tp} did not answer for {self.wait_s:g} s (key '{self.key}'): start it "
                     f"(python -m tvm.exec.rpc_tracker --host 0.0.0.0 --port {tp} --port-end {tp + 1}) or fix the "
                     f"address")
+        server = f"TVM_NUM_THREADS={self.board.target.cores} python -m tvm.exec.rpc_server"
         if self.tracker:
             th, tp = self.tracker
             return (f"no RPC server with key '{self.key}' on tracker {th}:{tp} for {self.wait_s:g} s: start one on "
-                    f"the board (python -m tvm.exec.rpc_server --tracker {th}:{tp} --key {self.key}) or raise "
-                    f"wait_s")
+                    f"the board ({server} --tracker {th}:{tp} --key {self.key}) or raise wait_s")
         h, p = self.server
         return (f"no RPC server at {h}:{p} for {self.wait_s:g} s: start it on the board "
-                f"(python -m tvm.exec.rpc_server --host 0.0.0.0 --port {p} --port-end {p + 1}) or raise wait_s")
+                f"({server} --host 0.0.0.0 --port {p} --port-end {p + 1}) or raise wait_s")
 
 
 @dataclass
