@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,8 +26,9 @@ def max_rel_error(got: np.ndarray, ref: np.ndarray) -> float:
     return float(np.abs(got.astype(np.float64) - ref.astype(np.float64)).max() / scale)
 
 
-def check_against_onnxruntime(bundle: Bundle, model: Path, sizes: list[dict[str, int]],
-                              inputs_fn=random_inputs) -> list[tuple[dict[str, int], float]]:
+def check_against_onnxruntime(bundle: Bundle, model: Path, sizes: list[dict[str, int]], inputs_fn=random_inputs,
+                              launcher: Sequence[str] = ()) -> list[tuple[dict[str, int], float]]:
+    """(dims, max relative error over the outputs) per size, on random inputs; `launcher` as in `run_local`."""
     sess = _reference_session(model)
     names = [i.name for i in sess.get_inputs()]
     results = []
@@ -34,7 +36,7 @@ def check_against_onnxruntime(bundle: Bundle, model: Path, sizes: list[dict[str,
         arrays = inputs_fn(bundle.manifest, dims)
         refs = sess.run(None, dict(zip(names, arrays)))
         with tempfile.TemporaryDirectory() as tmp:
-            outs = [np.load(p) for p in run_local(bundle, arrays, Path(tmp))]
+            outs = [np.load(p) for p in run_local(bundle, arrays, Path(tmp), launcher=launcher)]
         results.append((dims, max(max_rel_error(o, r) for o, r in zip(outs, refs))))
     return results
 

@@ -129,26 +129,15 @@ def test_vectorized_softmax_matches_numpy():
 @pytest.mark.skipif(not have("qemu-aarch64"), reason="needs qemu-user (apt-get install qemu-user)")
 def test_encoder_attention_matches_onnxruntime_on_aarch64(tmp_path):
     """NEON's 4-lane tiles (8 rows x 8 columns in its 32 registers), cross-compiled for the Cortex-A72 stand-in."""
-    import subprocess
-
-    import onnxruntime as ort
-
+    from edgepack.check import check_against_onnxruntime
     from edgepack.pipeline import build_package
 
     ex = EXAMPLES["encoder"]
     bundle = build_package(ex.path, "qemu-aarch64", dict(ex.dims), tmp_path / "encoder").bundle
-    sess = ort.InferenceSession(str(ex.path), providers=["CPUExecutionProvider"])
-    (inp,) = sess.get_inputs()
-    for seq in (1, 9, 31, 256):
-        x = np.random.default_rng(seq).standard_normal([seq if isinstance(d, str) else d for d in inp.shape])
-        np.save(tmp_path / "x.npy", x.astype(np.float32))
-        out = tmp_path / f"out{seq}"
-        out.mkdir()
-        subprocess.run(["qemu-aarch64", str(bundle.path / "ep"), "run", str(out), str(tmp_path / "x.npy")],
-                       check=True, timeout=300)
-        got, want = np.load(next(out.glob("0_*.npy"))), sess.run(None, {inp.name: x.astype(np.float32)})[0]
-        err = float(np.abs(got - want).max() / np.abs(want).max())
-        assert err < 1e-4, f"seq {seq}: max relative error {err:.2e} on qemu-aarch64"
+    (dim,) = dict(ex.dims)
+    for dims, err in check_against_onnxruntime(bundle, ex.path, [{dim: s} for s in (1, 9, 31, 256)],
+                                               launcher=["qemu-aarch64"]):
+        assert err < 1e-4, f"{dims}: max relative error {err:.2e} on qemu-aarch64"
 
 
 def test_tuner_finds_attention_tasks_and_every_candidate_schedules(bert_kernels):

@@ -125,21 +125,9 @@ def test_single_channel_rectangular_stem_matches_onnxruntime(build_cache, tmp_pa
 def test_every_conv_kind_matches_onnxruntime_on_aarch64(conv_zoo, tmp_path):
     """The same layers with NEON's 4-lane tiles (stride-2 depthwise as channel vectors, the rest as columns),
     cross-compiled for the Cortex-A72 stand-in and run under qemu-aarch64 at batch min, odd, prime, max."""
-    import subprocess
-
-    import onnxruntime as ort
-
     from edgepack.pipeline import build_package
 
     bundle = build_package(conv_zoo, "qemu-aarch64", {"batch": BATCH}, tmp_path / "conv_zoo").bundle
-    sess = ort.InferenceSession(str(conv_zoo), providers=["CPUExecutionProvider"])
-    for b in (1, 3, 7, 8):
-        x = np.random.default_rng(b).standard_normal((b, 3, 28, 28)).astype(np.float32)
-        np.save(tmp_path / "x.npy", x)
-        out = tmp_path / f"out{b}"
-        out.mkdir()
-        subprocess.run(["qemu-aarch64", str(bundle.path / "ep"), "run", str(out), str(tmp_path / "x.npy")],
-                       check=True, timeout=300)
-        got, want = np.load(next(out.glob("0_*.npy"))), sess.run(None, {"x": x})[0]
-        err = float(np.abs(got - want).max() / np.abs(want).max())
-        assert err < TOL, f"batch {b}: max relative error {err:.2e} on qemu-aarch64"
+    for dims, err in check_against_onnxruntime(bundle, conv_zoo, [{"batch": b} for b in (1, 3, 7, 8)],
+                                               launcher=["qemu-aarch64"]):
+        assert err < TOL, f"{dims}: max relative error {err:.2e} on qemu-aarch64"

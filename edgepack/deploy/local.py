@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +17,9 @@ from .io import dims_of, full_dims, output_file
 
 
 def run_local(bundle: Bundle, arrays: list[np.ndarray], out_dir: str | Path, threads: int | None = None,
-              timeout: float = 600) -> list[Path]:
-    """`ep run` here; outputs land in out_dir only when the whole run succeeded."""
+              timeout: float = 600, launcher: Sequence[str] = ()) -> list[Path]:
+    """`ep run` here; outputs land in out_dir only when the whole run succeeded. `launcher`: words the
+    program runs under, e.g. ["qemu-aarch64"] for an Arm Linux package (static: no sysroot needed)."""
     dims_of(bundle.manifest, arrays)
     prog = program(bundle)
     out_dir = Path(out_dir)
@@ -30,7 +32,7 @@ def run_local(bundle: Bundle, arrays: list[np.ndarray], out_dir: str | Path, thr
             np.save(paths[-1], np.require(a, requirements="C"))  # ascontiguousarray makes 0-d 1-d
         res_dir = tmp / "out"
         res_dir.mkdir()
-        cmd = [str(prog), "run"] + (["--threads", str(threads)] if threads else []) + [str(res_dir)] + [str(p) for p in paths]
+        cmd = [*launcher, str(prog), "run"] + (["--threads", str(threads)] if threads else []) + [str(res_dir)] + [str(p) for p in paths]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         if r.returncode != 0:
             msg = last_line(r.stderr, f"exit code {r.returncode}").removeprefix("error: ")
