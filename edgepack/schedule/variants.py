@@ -29,6 +29,7 @@ from .conv import (
 )
 from .dense import DenseTiles, schedule_dense, schedule_matmul_rowwise
 from .pack import pack_func, packing
+from .pool import pool_kernel
 from .rows import flatten_rows, row_count, row_range
 from .softmax import softmax_kernel
 
@@ -131,7 +132,8 @@ def make_variants(name: str, func: tirx.PrimFunc, sched: Schedules) -> KernelImp
     if choice is None or not all(_aligned(flat[1], flat[0], t.rows) for t in choice.mains):
         softmax = softmax_kernel(func, sched.vector_lanes, sched.parallel) if sched.vectorize else None
         generic = (_batch_matmul(name, func, block, sched) if block
-                   else softmax or generic_schedule(func, sched.target, sched.vectorize, sched.parallel))
+                   else softmax or pool_kernel(func, sched.cores > 1 and sched.parallel, sched.vectorize)
+                   or generic_schedule(func, sched.target, sched.vectorize, sched.parallel))
         return KernelImpl(name, None, [Variant(name, 0, generic)])
     func, split = flat
     par, vec = sched.cores > 1 and sched.parallel, sched.vectorize
