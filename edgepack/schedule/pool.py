@@ -5,10 +5,9 @@ Legalized, such a kernel pads the whole input into workspace first, then reduces
 time, on one thread. For ResNet-18's 3x3 stride-2 max pool, that padded copy is 26.6 MB of workspace at
 batch 8. Here the planes (n, c) run in parallel, each pads only its own plane (workspace: one plane per
 thread, 51 KB), and each output's window is unrolled. A consumer (an average's divide) is computed per plane
-after it. Measured on that pool alone (batch 2, 2 threads, 5 alternating runs): 0.34-0.61 ms, against 0.70-0.74 ms
-before.
-Vectorizing the output row with the window loops outside it was slower, 1.8 ms: a stride-2 row is a
-gather for TVM's vector code.
+after it. Measured on that pool alone (batch 2, 2 threads, 5 alternating runs): 0.34-0.61 ms, against
+0.70-0.74 ms before. Vectorizing the output row with the window loops outside it was slower, 1.8 ms: a
+stride-2 row is a gather for TVM's vector code.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from tvm import s_tir, tirx
 from .conv import kernel_blocks
 
 
-def pool_kernel(func: tirx.PrimFunc, parallel: bool, vectorize: bool) -> tirx.PrimFunc | None:
+def pool_kernel(func: tirx.PrimFunc, parallel: bool, vectorize: bool = True) -> tirx.PrimFunc | None:
     """The scheduled kernel when `func` is a pooling window over [n, c, h, w], else None."""
     window = _window_block(func)
     if window is None:
