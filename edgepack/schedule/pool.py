@@ -7,7 +7,8 @@ batch 8. Here the planes (n, c) run in parallel, each pads only its own plane (w
 thread, 51 KB), and each output's window is unrolled. A consumer (an average's divide) is computed per plane
 after it. Measured on that pool alone (batch 2, 2 threads, 5 alternating runs): 0.34-0.61 ms, against
 0.70-0.74 ms before. Vectorizing the output row with the window loops outside it was slower, 1.8 ms: a
-stride-2 row is a gather for TVM's vector code.
+stride-2 row is a gather for TVM's vector code. Used on LLVM targets only (schedule/variants.py): built as C
+for mps2-an386, the kws test net's int8 max pool came out 55 LSB off (cause not found yet).
 """
 
 from __future__ import annotations
