@@ -47,7 +47,7 @@ def test_pools_match_onnxruntime_with_a_dynamic_image(build_cache, tmp_path):
         assert err < TOL, f"at {dims}: max relative error {err:.2e}"
 
 
-def test_a_pool_is_scheduled_by_plane_with_vector_rows(tmp_path):
+def test_a_pool_is_scheduled_by_plane_with_its_window_unrolled(tmp_path):
     from edgepack.board import load_board
     from edgepack.model.frontend import lower_model, prepare
     from edgepack.schedule.defaults import schedules_for

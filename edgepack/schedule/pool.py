@@ -19,13 +19,13 @@ from tvm import s_tir, tirx
 from .conv import kernel_blocks
 
 
-def pool_kernel(func: tirx.PrimFunc, parallel: bool, vectorize: bool = True) -> tirx.PrimFunc | None:
+def pool_kernel(func: tirx.PrimFunc, parallel: bool) -> tirx.PrimFunc | None:
     """The scheduled kernel when `func` is a pooling window over [n, c, h, w], else None."""
     window = _window_block(func)
     if window is None:
         return None
     try:
-        return _schedule(s_tir.Schedule(tvm.IRModule({"main": func})), window, parallel, vectorize)
+        return _schedule(s_tir.Schedule(tvm.IRModule({"main": func})), window, parallel)
     except Exception:  # ScheduleError or a TVM internal error: the caller keeps the generic schedule
         return None
 
@@ -45,7 +45,7 @@ def _window_block(func: tirx.PrimFunc) -> str | None:
     return reductions[0].name_hint
 
 
-def _schedule(sch: s_tir.Schedule, window: str, parallel: bool, vectorize: bool) -> tirx.PrimFunc:
+def _schedule(sch: s_tir.Schedule, window: str, parallel: bool) -> tirx.PrimFunc:
     blk = sch.get_sblock(window)
     producers, consumers = sch.get_producers(blk), sch.get_consumers(blk)
     n, c, _h, _w, *window_loops = sch.get_loops(blk)
@@ -55,7 +55,7 @@ def _schedule(sch: s_tir.Schedule, window: str, parallel: bool, vectorize: bool)
     for cons in consumers:
         sch.reverse_compute_at(cons, plane)
         inner = sch.get_loops(cons)[-1]
-        if vectorize and isinstance(sch.get(inner).extent, tirx.IntImm):
+        if isinstance(sch.get(inner).extent, tirx.IntImm):
             sch.vectorize(inner)
     if parallel:
         sch.parallel(plane)
