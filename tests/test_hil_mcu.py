@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from conftest import EXPORT_DIMS, EXPORTS, have, run_cli, sizes_for
 from test_examples_e2e import _token_inputs
+from test_pool_kernels import _pool_net
 from test_quant_import import kws_lsb_error, kws_pointwise_kernel, quantize_kws
 
 from edgepack import standin
@@ -255,6 +256,20 @@ def test_quantised_cnn_on_the_stand_in(device, board, tmp_path):
         run = lambda b, x: np.load(device.run(bundle, [x], tmp_path / f"out_{label}{b}")[0])  # noqa: E731
         err = kws_lsb_error(path, run, [1, 2, 3])
         assert err <= 1.0, f"{err:.3g} LSB off onnxruntime on {board.name} ({label})"
+
+
+def test_pooling_windows_on_the_device(device, board, tmp_path):
+    """Max and average pools with padding (schedule/pool.py) as C kernels on the device: one padded plane of
+    workspace, not the whole padded tensor (the arena is smaller than that copy alone), windows that C's
+    codegen gets right (docs/tvm-facts.md#c-min-max)."""
+    from edgepack.pipeline import build_package
+
+    path = tmp_path / "pools.onnx"
+    _pool_net(path, [49, 40])
+    bundle = build_package(path, board.name, {"batch": (1, 3)}, tmp_path / "pools", name="pools").bundle
+    padded_copy = 3 * 8 * 51 * 42 * 4  # ResNet-style 3x3/2 max pool, pad 1, at batch 3
+    assert bundle.manifest["memory"]["arena_bytes"] < padded_copy
+    _check(_flashed(device, bundle), bundle, path, [{"batch": b} for b in (1, 2, 3)], tmp_path)
 
 
 def test_cortex_m3_stand_in(build, state_dir, tmp_path, request):

@@ -73,3 +73,43 @@ def test_a_pool_is_scheduled_by_plane_with_its_window_unrolled(tmp_path):
     # ResNet's max pool: the padding is computed per plane, inside the parallel loop, over the window's rows
     resnet = next(t for k, t in static.items() if "max_pool" in k and "T.grid(T.int64(113), T.int64(113))" in t)
     assert resnet.index("T.parallel(") < resnet.index("T.grid(T.int64(113), T.int64(113))")
+
+
+def test_pool_kernels_built_as_c_source_match_the_legalized_ones(tmp_path):
+    """Cortex-M boards build kernels with TVM's C codegen, which reuses a max operand's temporary across
+    stores in one scope (docs/tvm-facts.md#c-min-max): each scheduled pool kernel for mps2-an386, compiled
+    from its C source with the host gcc, against the legalized kernel built by LLVM, at batch 3."""
+    import numpy as np
+    import tvm
+
+    from edgepack.board import load_board
+    from edgepack.model.frontend import lower_model, prepare
+    from edgepack.schedule.defaults import schedules_for
+    from edgepack.schedule.variants import make_variants
+
+    path = tmp_path / "pools.onnx"
+    _pool_net(path, [23, 30])
+    model, ranges = prepare(path, {"batch": (1, 4)})
+    kernels = {k: f for k, f in lower_model("m", model, ranges).kernels.items() if "pool" in k}
+    sched = schedules_for(load_board("mps2-an386"))
+    rng = np.random.default_rng(0)
+
+    def run(name: str, func, target: str, args: list) -> np.ndarray:
+        mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+        with tvm.transform.PassContext(opt_level=3, config={"tirx.disable_assert": True}):
+            lib = tvm.tirx.build(mod, target=tvm.target.Target({"kind": target}))
+        so = tmp_path / f"{name}_{target}.so"  # one path per library: dlopen hands back a path it has loaded
+        lib.export_library(str(so))
+        out = [tvm.runtime.tensor(a.copy()) for a in args]
+        tvm.runtime.load_module(str(so))["main"](*out)
+        return out[-1].numpy()
+
+    assert len(kernels) >= 3, sorted(kernels)
+    for name, func in kernels.items():
+        scheduled = make_variants(name, func, sched).variants[0].func
+        assert "T.parallel(" not in scheduled.script()  # one core, and the plane loop outside the padding
+        shapes = [[3 if not isinstance(s, tvm.tirx.IntImm) else int(s) for s in p.shape] for p in func.params]
+        args = [rng.standard_normal(s).astype("float32") for s in shapes]
+        want = run(name, func, "llvm", args)
+        got = run(name, scheduled, "c", args)
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, err_msg=name)

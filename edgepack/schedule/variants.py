@@ -130,11 +130,10 @@ def make_variants(name: str, func: tirx.PrimFunc, sched: Schedules) -> KernelImp
         choice = sched.dense.get(name) or DenseTiles.default(flat[0], block, sched.vector_lanes, sched.vector_registers)
         choice = DenseChoice.single(choice) if isinstance(choice, DenseTiles) else choice
     if choice is None or not all(_aligned(flat[1], flat[0], t.rows) for t in choice.mains):
-        # softmax and pooling: LLVM targets only (on the C target, Cortex-M, the kws net's int8 max pool came
-        # out 55 LSB off with the pooling schedule)
+        # softmax: LLVM targets only (a vectorized row)
         softmax = softmax_kernel(func, sched.vector_lanes, sched.parallel) if sched.vectorize else None
         generic = (_batch_matmul(name, func, block, sched) if block
-                   else softmax or (pool_kernel(func, sched.cores > 1 and sched.parallel) if sched.vectorize else None)
+                   else softmax or pool_kernel(func, sched.cores > 1 and sched.parallel, c_source=not sched.vectorize)
                    or generic_schedule(func, sched.target, sched.vectorize, sched.parallel))
         return KernelImpl(name, None, [Variant(name, 0, generic)])
     func, split = flat
