@@ -82,16 +82,28 @@ class Board:
 
     @property
     def int8_dot(self) -> str:
-        """The int8 dot-product instruction integer kernels can use (schedule/int8_dot.py): "avx2" on x86_64 with
-        256-bit vectors or more (AVX2's vpmaddwd), "sdot" on aarch64 whose board file lists "+dotprod", "dsp"
-        for C kernels on a core whose board file lists "+dsp" (Armv7E-M's SMLAD), else "" (the compiler's
-        multiply-add)."""
+        """The int8 dot-product instruction integer kernels can use (schedule/int8_dot.py). On x86_64 with
+        256-bit vectors or more, a form of vpmaddwd by what LLVM knows of the board's cpu and features:
+        "avx512vnni" / "avx512" with 512-bit vectors, with and without VNNI's vpdpwssd, else "vnni" (AVX-VNNI)
+        or "avx2". "sdot" on aarch64 whose board file lists "+dotprod", "dsp" for C kernels on a core whose
+        board file lists "+dsp" (Armv7E-M's SMLAD), else "" (the compiler's multiply-add)."""
         t = self.target
         if t.kind == "c":
             return "dsp" if "+dsp" in t.features else ""
         if t.triple.startswith("aarch64"):
             return "sdot" if "+dotprod" in t.features else ""
-        return "avx2" if t.kind == "llvm" and t.triple.startswith("x86_64") and t.vector_bits >= 256 else ""
+        if not (t.kind == "llvm" and t.triple.startswith("x86_64") and t.vector_bits >= 256):
+            return ""
+        has = self._cpu_has
+        if t.vector_bits >= 512 and has("avx512bw"):
+            return "avx512vnni" if has("avx512vnni") else "avx512"
+        return "vnni" if has("avxvnni") or (has("avx512vnni") and has("avx512vl")) else "avx2"
+
+    def _cpu_has(self, feature: str) -> bool:
+        """Whether LLVM's model of the board's cpu, with its board file's features, has `feature`."""
+        from tvm.target import codegen
+
+        return bool(codegen.target_has_features(feature, self.tvm_target()))
 
     def tvm_target(self):
         """The TVM target dict (strings are rejected: docs/tvm-facts.md#target-dicts)."""

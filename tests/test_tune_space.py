@@ -111,6 +111,23 @@ def test_pointwise_space_has_channel_vectors_and_the_int8_dot():
     assert adaptation(task, ConvTiles(16, 1, 5, cvec=True), 1, cores=2) == 1.0  # 25 x 4 work items
 
 
+def test_int8_pointwise_space_on_512_bit_vectors_takes_the_256_bit_dot_where_16_channels_do_not_divide():
+    """AVX-512 with VNNI: 64 channels on vpdpwssd's 512-bit form (16 channels an instruction), the kws net's 24
+    on its 256-bit form, as 8-channel vectors; the default follows."""
+    from edgepack.schedule.conv import ConvTiles
+    from edgepack.tune.space import ConvTask
+
+    hw = Hardware(lanes=16, registers=32, cores=2, packed=True, int8_dot="avx512vnni")
+    wide = ConvTask("pw", f=64, h=25, w=5, c=64, kh=1, kw=1, lo=1, hi=8, flat=True, integer=True)
+    assert {t.dot for t in candidates(wide, hw) if t.cvec and t.oc % 16 == 0} == {"", "avx512vnni"}
+    narrow = ConvTask("pw", f=24, h=6, w=5, c=16, kh=1, kw=1, lo=1, hi=8, flat=True, integer=True)
+    dots = {(t.oc, t.dot) for t in candidates(narrow, hw) if t.cvec}
+    assert dots == {(8, ""), (8, "vnni")}
+    default = ConvTiles.default(narrow.extents, hw.lanes, hw.registers, True, hw.int8_dot)
+    assert default.cvec and (default.oc, default.dot) == (8, "vnni")
+    assert ConvTiles.default(wide.extents, hw.lanes, hw.registers, True, hw.int8_dot).dot == "avx512vnni"
+
+
 def test_scalar_pointwise_space_has_the_dsp_dot():
     """On a Cortex-M with the DSP extension (C kernels, one lane), int8 pointwise tiles of whole 4-channel
     calls come in both forms, SMLAD's and the multiply-add's; float kernels and other convs never get it."""

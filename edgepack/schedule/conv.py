@@ -32,7 +32,7 @@ from tvm import s_tir, tirx
 
 from ..model.tir import region_tensor
 from .dense import _consumers_deep, _fuse_epilogue
-from .int8_dot import DSP_LANES, INTRINSICS, LANES as DOT_LANES, QUAD, dsp_intrinsic
+from .int8_dot import DOTS, DSP_LANES, NARROWER, QUAD, dsp_intrinsic
 
 CONV_BLOCKS = ("conv2d_nchw", "group_conv2d_nchw", "depthwise_conv2d_nchw")
 MAX_ROWS = 2  # output rows per depthwise tile: more rows (7, 14) measured slower on the host
@@ -47,7 +47,7 @@ class ConvTiles:
     # packed in panels of oc channels
     cvec: bool = False
     # int8 pointwise kernels only: the dot-product instruction (schedule/int8_dot.py; "": the compiler's
-    # multiply-add), input channels taken in its groups. "avx2", "sdot": channel vectors; "dsp": the scalar form
+    # multiply-add), input channels taken in its groups. int8_dot.DOTS: channel vectors; "dsp": the scalar form
     dot: str = ""
 
     @staticmethod
@@ -66,11 +66,13 @@ class ConvTiles:
         oc = max(d for d in (1, 2, 4, 8, 16) if ext.f % d == 0 and d * oh <= budget)
         if packed and depthwise_vectors(ext, lanes):
             return ConvTiles(oc=lanes, oh=1, ow=divisors(ext.w, registers - 4)[-1], cvec=True)
-        if packed and ext.flat and (cv := ConvTiles.channel_vectors(ext, lanes, registers)) is not None:
-            if ext.integer or ext.cols % lanes:
-                return replace(cv, dot=int8_dot) if dot_fits(ext, cv, int8_dot) else cv
-        tiles = ConvTiles(oc=oc, oh=oh, ow=ow)
-        return replace(tiles, dot=int8_dot) if dot_fits(ext, tiles, int8_dot) else tiles
+        cv = ConvTiles.channel_vectors(ext, lanes, registers) if packed and ext.flat else None
+        if cv is None and packed and ext.flat and ext.integer and int8_dot in NARROWER:
+            # channels no multiple of the 512-bit dot's 16 (the kws net's 24): the 256-bit one's vectors
+            cv = ConvTiles.channel_vectors(ext, DOTS[NARROWER[int8_dot]].lanes, registers)
+        if cv is not None and (ext.integer or ext.cols % lanes):
+            return with_dot(ext, cv, int8_dot)
+        return with_dot(ext, ConvTiles(oc=oc, oh=oh, ow=ow), int8_dot)
 
     @staticmethod
     def scalar_depthwise(ext: ConvExtents, registers: int) -> ConvTiles:
@@ -107,17 +109,26 @@ def depthwise_vectors(ext: ConvExtents, lanes: int) -> bool:
 
 def dot_fits(ext: ConvExtents, tiles: ConvTiles, dot: str) -> bool:
     """Whether tiles can use the int8 dot instruction `dot`: an int8 kernel, whole groups of input channels,
-    whole instructions of output channels; AVX2's and SDOT on channel vectors, the DSP's on the scalar form."""
+    whole instructions of output channels; int8_dot.DOTS on channel vectors, the DSP's on the scalar form."""
     if not (dot and ext.integer):
         return False
     if dot == "dsp":
         return ext.flat and not tiles.cvec and ext.c % QUAD == 0 and tiles.oc % DSP_LANES[-1] == 0
-    return tiles.cvec and dot in INTRINSICS and ext.c % group_of(dot) == 0 and tiles.oc % DOT_LANES == 0
+    return tiles.cvec and dot in DOTS and ext.c % DOTS[dot].group == 0 and tiles.oc % DOTS[dot].lanes == 0
+
+
+def with_dot(ext: ConvExtents, tiles: ConvTiles, board_dot: str) -> ConvTiles:
+    """`tiles` on the board's int8 dot where it fits, else on its 256-bit form (a 512-bit dot's channel tile of
+    8), else as they are."""
+    for dot in (board_dot, NARROWER.get(board_dot, "")):
+        if dot_fits(ext, tiles, dot):
+            return replace(tiles, dot=dot)
+    return tiles
 
 
 def group_of(dot: str) -> int:
     """Input channels per instruction of a channel-vector dot (1: none): the weights are packed in groups of it."""
-    return INTRINSICS[dot][1] if dot in INTRINSICS else 1
+    return DOTS[dot].group if dot in DOTS else 1
 
 
 @dataclass(frozen=True)
@@ -328,7 +339,7 @@ def _schedule_channel_vectors(func: tirx.PrimFunc, block: str, tiles: ConvTiles,
     po, pi = sch.split(p, [None, tiles.ow])
     if tiles.dot:
         rc, rci = sch.split(rc, [None, g])
-        fio, fi = sch.split(fi, [None, DOT_LANES])
+        fio, fi = sch.split(fi, [None, DOTS[tiles.dot].lanes])
         sch.reorder(n, po, fo, rc, ry, rx, pi, fio, fi, rci)
         sch.unroll(fio)
     else:
@@ -340,7 +351,7 @@ def _schedule_channel_vectors(func: tirx.PrimFunc, block: str, tiles: ConvTiles,
     init = sch.decompose_reduction(blk, rc)
     if tiles.dot:
         sch.vectorize(sch.get_loops(init)[-1])
-        sch.tensorize(fi, INTRINSICS[tiles.dot][0])
+        sch.tensorize(fi, DOTS[tiles.dot].name)
     return sch.mod["main"]
 
 

@@ -1,15 +1,21 @@
 """int8 dot-product instructions for integer micro-kernels, as TVM tensor intrinsics.
 
-`avx2`: `vpmaddwd` multiplies 16 pairs of int16 and adds each pair into an int32 lane: 16 multiply-adds per
+x86 (all on int16 pairs, each a form of `vpmaddwd`):
+- `avx2`: `vpmaddwd` multiplies 16 pairs of int16 and adds each pair into an int32 lane: 16 multiply-adds per
 instruction, exact for int8 operands (a pair sums to at most 2 x 128 x 128 = 2^15, no saturation, unlike
 `vpmaddubsw`'s int16 sums). LLVM has no pattern that turns a plain int8 x int8 -> int32 loop into it: left to
 the vectorizer the same loop becomes `vpmulld` (one int32 product per lane; measured 1.4x slower on a 64x64
 pointwise kernel, znver3).
+- `vnni`: AVX-VNNI's (or AVX512-VNNI's) `vpdpwssd`, the same multiply-add with the accumulation in the
+  instruction: one instruction per pair where `vpmaddwd` takes two (it and a `vpaddd`).
+- `avx512`, `avx512vnni`: the two on 512-bit vectors, 16 output channels per instruction. A kernel whose
+  channels are no multiple of 16 (the kws net's 24) takes the 256-bit form of the same family
+  (`narrower`).
 
-The intrinsic computes 8 output channels over a pair of input channels: C[i] += A[k] * B[i, k] for i < 8, k < 2,
+The intrinsic computes 8 (or 16) output channels over a pair of input channels: C[i] += A[k] * B[i, k] for i < 8, k < 2,
 A two activations (input channels c and c + 1 of one pixel, any stride apart), B the weights of 8 channels x
-the pair, stored pairwise ([.., oc, 2] panels, schedule/pack.py) so 16 int8 weights are one load. A's pair is
-packed into one int32 and broadcast, as `vpmaddwd` reads it.
+the pair, stored pairwise ([.., oc, 2] panels, schedule/pack.py) so 16 (32) int8 weights are one load. A's
+pair is packed into one int32 and broadcast, as `vpmaddwd` reads it.
 
 `sdot`: Armv8.2's dot product (aarch64 boards whose file lists "+dotprod": Cortex-A55, A76, the Pi 5; not the
 Pi 4's A72). `SDOT` adds 4 products of int8 into each of 4 int32 lanes: 16 multiply-adds per instruction.
@@ -30,19 +36,45 @@ for the activations, then 8 x (a word load, 2 SXTB16, 2 SMLAD): in gcc's code fo
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tvm.s_tir import TensorIntrin
 from tvm.script import tirx as T
 
-AVX2_PAIR_DOT = "ep_avx2_int8_pair_dot_8x2"
-NEON_SDOT = "ep_neon_int8_sdot_8x4"
-LANES = 8  # int32 outputs per channel-vector intrinsic
+LANES = 8  # int32 outputs per channel-vector intrinsic of the 256-bit forms (and SDOT's pair)
 QUAD = 4  # DSP: input channels per word of int8 weights (the reduction a multiple of it)
 DSP_LANES = (8, 4)  # DSP: output channels per call, the widest first
 
 
-def _channel_dot(instruction: str, lanes: int, group: int):
-    """C[i] += A[k] * B[i, k] for i < lanes, k < group, B packed [.., oc, group]: `instruction` "" gives the
-    description (the loop tensorize matches), "avx2" and "sdot" the implementations."""
+@dataclass(frozen=True)
+class ChannelDot:
+    """A channel-vector dot instruction: C[i] += A[k] * B[i, k] for i < lanes, k < group."""
+    llvm: str  # the LLVM intrinsic
+    lanes: int  # int32 output channels per intrinsic
+    group: int  # input channels per output lane: the weights are packed in groups of it
+    accumulates: bool  # the instruction adds into C itself (vpdpwssd, sdot), else C + its result
+
+    @property
+    def name(self) -> str:
+        return f"ep_{self.llvm.replace('.', '_')}_{self.lanes}x{self.group}"
+
+
+DOTS = {
+    "avx2": ChannelDot("llvm.x86.avx2.pmadd.wd", 8, 2, False),
+    "vnni": ChannelDot("llvm.x86.avx512.vpdpwssd.256", 8, 2, True),
+    "avx512": ChannelDot("llvm.x86.avx512.pmaddw.d.512", 16, 2, False),
+    "avx512vnni": ChannelDot("llvm.x86.avx512.vpdpwssd.512", 16, 2, True),
+    "sdot": ChannelDot("llvm.aarch64.neon.sdot", 8, 4, True),
+}
+NARROWER = {"avx512": "avx2", "avx512vnni": "vnni"}  # the 256-bit form of a 512-bit dot
+
+
+def _channel_dot(dot: ChannelDot | None, lanes: int, group: int):
+    """C[i] += A[k] * B[i, k] for i < lanes, k < group, B packed [.., oc, group]: `dot` None gives the
+    description (the loop tensorize matches), else its implementation."""
+    bits = "" if dot is None else dot.llvm
+    x86, arm = bits.startswith("llvm.x86"), bits.startswith("llvm.aarch64")
+    accumulates = dot is not None and dot.accumulates
 
     @T.prim_func(s_tir=True)
     def func(a: T.handle, b: T.handle, c: T.handle) -> None:
@@ -54,14 +86,18 @@ def _channel_dot(instruction: str, lanes: int, group: int):
         with T.sblock("root"):
             T.reads(C[0:lanes], A[0:group, 0:1, 0:1], B[0:lanes, 0:group])
             T.writes(C[0:lanes])
-            if instruction == "avx2":  # Python constants: the parser keeps one branch
+            if x86:  # Python constants: the parser keeps one branch
                 pair = T.bitwise_or(T.bitwise_and(T.Cast("int32", A[0, 0, 0]), 0xFFFF),
                                     T.shift_left(T.Cast("int32", A[1, 0, 0]), 16))
-                a16 = T.reinterpret("int16x16", T.broadcast(pair, 8))
-                b16 = T.Cast("int16x16", B.vload([T.int64(0), T.int64(0)], "int8x16"))
-                C[T.ramp(T.int64(0), 1, 8)] = C[T.ramp(T.int64(0), 1, 8)] + T.call_llvm_pure_intrin(
-                    "int32x8", T.llvm_lookup_intrinsic_id("llvm.x86.avx2.pmadd.wd"), a16, b16)
-            elif instruction == "sdot":  # two SDOTs of 4 channels x 4 against the 4 activations broadcast
+                a16 = T.reinterpret(f"int16x{2 * lanes}", T.broadcast(pair, lanes))
+                b16 = T.Cast(f"int16x{2 * lanes}", B.vload([T.int64(0), T.int64(0)], f"int8x{2 * lanes}"))
+                if accumulates:
+                    C[T.ramp(T.int64(0), 1, lanes)] = T.call_llvm_pure_intrin(
+                        f"int32x{lanes}", T.llvm_lookup_intrinsic_id(bits), C[T.ramp(T.int64(0), 1, lanes)], a16, b16)
+                else:
+                    C[T.ramp(T.int64(0), 1, lanes)] = C[T.ramp(T.int64(0), 1, lanes)] + T.call_llvm_pure_intrin(
+                        f"int32x{lanes}", T.llvm_lookup_intrinsic_id(bits), a16, b16)
+            elif arm:  # sdot: two SDOTs of 4 channels x 4 against the 4 activations broadcast
                 quad = T.bitwise_or(
                     T.bitwise_or(T.bitwise_and(T.Cast("int32", A[0, 0, 0]), 0xFF),
                                  T.shift_left(T.bitwise_and(T.Cast("int32", A[1, 0, 0]), 0xFF), 8)),
@@ -70,7 +106,7 @@ def _channel_dot(instruction: str, lanes: int, group: int):
                 a8 = T.reinterpret("int8x16", T.broadcast(quad, 4))
                 for h in T.unroll(2):
                     C[T.ramp(T.int64(4) * h, 1, 4)] = T.call_llvm_pure_intrin(
-                        "int32x4", T.llvm_lookup_intrinsic_id("llvm.aarch64.neon.sdot"),
+                        "int32x4", T.llvm_lookup_intrinsic_id(bits),
                         C[T.ramp(T.int64(4) * h, 1, 4)], B.vload([T.int64(4) * h, T.int64(0)], "int8x16"), a8)
             else:
                 for i, k in T.grid(T.int64(lanes), T.int64(group)):
@@ -118,7 +154,6 @@ def _dsp_dot(lanes: int, k: int, body: bool):
 
 
 _REGISTERED: set[str] = set()
-TensorIntrin.register(AVX2_PAIR_DOT, _channel_dot("", 8, 2), _channel_dot("avx2", 8, 2))
-TensorIntrin.register(NEON_SDOT, _channel_dot("", 8, 4), _channel_dot("sdot", 8, 4))
-# ConvTiles.dot of channel vectors -> (the intrinsic, input channels per instruction: the weights' packing)
-INTRINSICS = {"avx2": (AVX2_PAIR_DOT, 2), "sdot": (NEON_SDOT, 4)}
+for _dot in DOTS.values():
+    TensorIntrin.register(_dot.name, _channel_dot(None, _dot.lanes, _dot.group),
+                          _channel_dot(_dot, _dot.lanes, _dot.group))

@@ -14,13 +14,14 @@ any shape and on the symbolic kernel.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..schedule.attention import AttentionTiles
-from ..schedule.conv import ConvExtents, ConvTiles, column_tiles, divisors, dot_fits
+from ..schedule.conv import ConvExtents, ConvTiles, column_tiles, divisors, with_dot
 from ..schedule.dense import DenseTiles
+from ..schedule.int8_dot import DOTS, NARROWER
 from ..schedule.pack import panel_for
 
 ROW_TILES = (1, 2, 4, 6, 8, 16)
@@ -141,17 +142,20 @@ def _conv_candidates(task: ConvTask, hw: Hardware) -> list[ConvTiles]:
             for oh in (1,) if task.flat else (1, 2, 4):
                 if task.f % oc == 0 and task.h % oh == 0 and oc * oh * vec <= hw.registers - 2:
                     out.append(ConvTiles(oc=oc, oh=oh, ow=ow))
-                    if dot_fits(task.extents, out[-1], hw.int8_dot):  # "dsp": the same tile on SMLAD
-                        out.append(replace(out[-1], dot=hw.int8_dot))
+                    if (dsp := with_dot(task.extents, out[-1], hw.int8_dot)).dot:  # the same tile on SMLAD
+                        out.append(dsp)
     if task.flat and hw.packed:  # the channel-vector form (weights packed): channel vectors x unrolled pixels
-        for oc in (hw.lanes, 2 * hw.lanes, 4 * hw.lanes):
+        widths = [hw.lanes, 2 * hw.lanes, 4 * hw.lanes]
+        if task.extents.integer and hw.int8_dot in NARROWER:  # a 512-bit board's 256-bit dot (the kws net's 24)
+            widths.insert(0, DOTS[NARROWER[hw.int8_dot]].lanes)
+        for oc in widths:
             for px in range(1, 9):
-                if task.f % oc or (task.h * task.w) % px or px * (oc // hw.lanes) > hw.registers - 2:
+                if task.f % oc or (task.h * task.w) % px or px * -(-oc // hw.lanes) > hw.registers - 2:
                     continue
                 cv = ConvTiles(oc=oc, oh=1, ow=px, cvec=True)
                 out.append(cv)
-                if dot_fits(task.extents, cv, hw.int8_dot):
-                    out.append(replace(cv, dot=hw.int8_dot))
+                if (dot := with_dot(task.extents, cv, hw.int8_dot)).dot:
+                    out.append(dot)
     if task.extents.depthwise and hw.packed:  # depthwise channel vectors
         for oc in (hw.lanes, 2 * hw.lanes):
             out += [ConvTiles(oc=oc, oh=1, ow=px, cvec=True) for px in divisors(task.w, task.w)

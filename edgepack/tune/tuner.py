@@ -70,8 +70,8 @@ class TuneReport:
 
 def hardware_of(board: Board, packed: bool) -> Hardware:
     """The space's hardware limits; `packed`: dense weights in panels (Schedules.pack for the board). The
-    board's int8 dot goes only where it fits (conv.dot_fits: AVX2's and SDOT on channel vectors, which need
-    packed weights; the DSP's on C kernels' scalar tiles)."""
+    board's int8 dot goes only where it fits (conv.with_dot: the x86 forms and SDOT on channel vectors, which
+    need packed weights; the DSP's on C kernels' scalar tiles)."""
     return Hardware(lanes=board.vector_lanes_f32, registers=board.vector_registers, cores=board.target.cores,
                     packed=packed, int8_dot=board.int8_dot)
 
