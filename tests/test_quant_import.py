@@ -212,13 +212,13 @@ def quant_lines(name: str) -> dict[str, str]:
 
 # -- integer kernels end to end (issue 14, step 2) ----------------------------------------------------------
 
-def kws_model(rng: np.random.Generator) -> onnx.ModelProto:
-    """A DS-CNN-shaped float net: Conv 3x3/2 + Relu, depthwise 3x3 + Relu6, pointwise 1x1 + Relu, MaxPool,
-    GlobalAveragePool, Flatten, Gemm; x[batch, 1, 12, 10]."""
+def kws_model(rng: np.random.Generator, pw: int = 24) -> onnx.ModelProto:
+    """A DS-CNN-shaped float net: Conv 3x3/2 + Relu, depthwise 3x3 + Relu6, pointwise 1x1 (`pw` channels) + Relu,
+    MaxPool, GlobalAveragePool, Flatten, Gemm; x[batch, 1, 12, 10]."""
     w = lambda name, *shape: numpy_helper.from_array(  # noqa: E731
         (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]) or 1)).astype(np.float32), name)
-    inits = [w("c1_w", 16, 1, 3, 3), w("c1_b", 16), w("dw_w", 16, 1, 3, 3), w("dw_b", 16), w("pw_w", 24, 16, 1, 1),
-             w("pw_b", 24), w("fc_w", 6, 24), w("fc_b", 6),
+    inits = [w("c1_w", 16, 1, 3, 3), w("c1_b", 16), w("dw_w", 16, 1, 3, 3), w("dw_b", 16), w("pw_w", pw, 16, 1, 1),
+             w("pw_b", pw), w("fc_w", 6, pw), w("fc_b", 6),
              numpy_helper.from_array(np.array(0, np.float32), "lo"),
              numpy_helper.from_array(np.array(6, np.float32), "hi")]
     mk = helper.make_node
@@ -237,14 +237,14 @@ def kws_model(rng: np.random.Generator) -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def quantize_kws(tmp_path: Path) -> Path:
+def quantize_kws(tmp_path: Path, pw: int = 24) -> Path:
     """kws_model through onnxruntime's quantize_static as the issue tried it: QDQ, per-channel int8 weights,
     int8 activations."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
     rng = np.random.default_rng(5)
     src, dst = tmp_path / "kws.onnx", tmp_path / "kws_qdq.onnx"
-    onnx.save(kws_model(rng), str(src))
+    onnx.save(kws_model(rng, pw), str(src))
 
     class Reader(CalibrationDataReader):
         def __init__(self):
@@ -309,6 +309,40 @@ def test_int8_pointwise_kernel_uses_the_board_dot_instruction(tmp_path):
             lib = tvm.compile(tvm.IRModule({"main": kernel.with_attr("global_symbol", "main")}), target=host.tvm_target())
             assert ("\tvpdpwssd\t" if DOTS[want].accumulates else "\tvpmaddwd\t") in lib.mod.inspect_source("asm")
     assert load_board("rpi4").int8_dot == "" and load_board("rpi5").int8_dot == "sdot"
+
+
+@pytest.mark.slow
+def test_every_x86_dot_the_host_cpu_runs_matches_onnxruntime(tmp_path):
+    """The kws net with a 32-channel pointwise layer, built for the host with that layer on each x86 dot form
+    this machine's cpu can run (int8_dot.DOTS; a 512-bit one on 16-channel tiles, a 256-bit one on 8), within
+    1 LSB of onnxruntime at batch 1, 2 and 3. Forms the cpu lacks are named in the skip reason, not run."""
+    from dataclasses import replace
+
+    from tvm.target import codegen
+
+    from edgepack.board import load_board
+    from edgepack.deploy.local import run_local
+    from edgepack.pipeline import build_package
+    from edgepack.schedule.conv import ConvTiles
+    from edgepack.schedule.defaults import schedules_for
+    from edgepack.schedule.int8_dot import DOTS
+
+    host = load_board("host")
+    if host.int8_dot not in DOTS:
+        pytest.skip(f"the host has no x86 int8 dot (int8_dot {host.int8_dot!r})")
+    needs = {"avx2": ["avx2"], "vnni": ["avxvnni"], "avx512": ["avx512bw"], "avx512vnni": ["avx512bw", "avx512vnni"]}
+    runs = [d for d, feats in needs.items() if all(codegen.target_has_features(f, host.tvm_target()) for f in feats)
+            or (d == "vnni" and codegen.target_has_features("avx512vnni", host.tvm_target()))]
+    path = quantize_kws(tmp_path, pw=32)
+    pw, _ = kws_pointwise_kernel(path, 3)
+    for dot in runs:
+        tiles = ConvTiles(oc=DOTS[dot].lanes, oh=1, ow=5, cvec=True, dot=dot)
+        bundle = build_package(path, "host", {"batch": (1, 3)}, tmp_path / dot, name="kws",
+                               schedules=replace(schedules_for(host), conv={pw: tiles})).bundle
+        run = lambda b, x: np.load(run_local(bundle, [x], tmp_path / f"out_{dot}{b}")[0])  # noqa: E731
+        assert kws_lsb_error(path, run, [1, 2, 3]) <= 1.0, dot
+    if missing := sorted(set(needs) - set(runs)):
+        pytest.skip(f"checked {runs}; this cpu cannot run {missing}")
 
 
 def test_int8_pointwise_c_kernel_uses_smlad_where_the_core_has_dsp(tmp_path):
