@@ -113,15 +113,14 @@ class Board:
             return tvm.target.Target({"kind": "c"})
         cfg = {"kind": self.target.kind, "mtriple": self.target.triple, "num-cores": self.target.cores}
         cfg["mcpu"] = self.target.cpu
-        if self.target.features:
-            cfg["mattr"] = list(self.target.features)
+        mattr = list(self.target.features)
+        if self.target.triple.startswith("x86_64") and self.target.vector_bits >= 512:
+            # LLVM's loop vectorizer miscompiles the gathers it makes with AVX-512 (docs/tvm-facts.md#avx-512-gathers)
+            mattr += ["+prefer-no-gather", "+prefer-no-scatter"]
+        if mattr:
+            cfg["mattr"] = mattr
         if self.sections.get("target", {}).get("float_abi"):  # 32-bit Arm: "hard" to match gnueabihf gcc
             cfg["mfloat-abi"] = self.sections["target"]["float_abi"]
-        if self.target.triple.startswith("x86_64") and self.target.vector_bits >= 512:
-            # LLVM's loop vectorizer miscompiles loops TVM leaves scalar when it may use AVX-512 (seen: Tile,
-            # whose int64 `i % n` gathers came out as NaN for mcpu znver4 and skylake-avx512, right with
-            # x86-64-v3). edgepack's schedules vectorize explicitly, which this option does not touch.
-            cfg["cl-opt"] = ["-vectorize-loops=false"]
         return tvm.target.Target(cfg)
 
 
