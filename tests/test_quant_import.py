@@ -281,6 +281,29 @@ def test_qdq_cnn_runs_as_integer_kernels_end_to_end(build_cache, tmp_path):
     assert mem["float_build"]["tensor_bytes"] >= 3.5 * mem["tensor_bytes"], mem  # int8 tensors against float ones
 
 
+def test_int8_plan_shares_blocks_across_dtypes(tmp_path):
+    """Relax plans its storages one dtype at a time; edgepack's plan puts the kws net's int32 pooling sums in a
+    block of int8 tensors dead by then (model/lower.py), so the arena is smaller than Relax's storages, and no
+    two tensors of one block are live in the same call."""
+    from edgepack.pipeline import lower_model, prepare
+
+    model, dims = prepare(quantize_kws(tmp_path), {"batch": (1, 8)})
+    plan = lower_model("kws", model, dims).plan
+    mixed = [b for b in plan.blocks if {"int8", "int32"} <= {plan.tensor(t).dtype for t in b.tensors}]
+    assert mixed, [(b.size, [plan.tensor(t).dtype for t in b.tensors]) for b in plan.blocks]
+    arena = [t for t in plan.tensors if t.kind == "arena"]
+    assert plan.arena_bytes < sum(plan.max_bytes(t) for t in arena)
+    spans: dict[int, list[int]] = {}
+    for i, call in enumerate(plan.calls):
+        for tid in call.tensors:
+            while plan.tensor(tid).kind == "view":
+                tid = plan.tensor(tid).base
+            spans.setdefault(tid, [i, i])[1] = i
+    for b in plan.blocks:
+        lives = sorted(spans[t] for t in b.tensors if t in spans)
+        assert all(e0 < s1 for (_, e0), (s1, _) in zip(lives, lives[1:])), (b.index, lives)
+
+
 def test_int8_pointwise_kernel_uses_the_board_dot_instruction(tmp_path):
     """The kws net's int8 pointwise conv: channel vectors on the board's dot (int8_dot.DOTS): a form of
     vpmaddwd on the host (its weights packed in pairs; the kws net's 24 channels take a 512-bit board's 256-bit

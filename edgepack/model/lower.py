@@ -229,6 +229,32 @@ class _PlanWalker:
             raise ModelError("models returning a nested tuple are not supported")
         return [(self._arg(x), x.name if isinstance(x, relax.Var) else f"out{i}") for i, x in enumerate(items)]
 
+    def _share_across_dtypes(self, groups: list[tuple[int, list[int]]], outputs: list[Output]):
+        """Relax plans one storage per dtype at a time (an int8 model's int32 sums never reuse its int8 blocks):
+        storages whose lifetimes (first to last call using one of their tensors; a copied-out output lives to
+        the end) are disjoint share one block, largest first into the first block free over its lifetime, so
+        no block grows and the arena is at most the storages' sum. -> [(size, tensor ids)]"""
+        first: dict[int, int] = {}
+        last: dict[int, int] = {}
+        for i, call in enumerate(self.calls):
+            for tid in call.tensors:
+                root = self._root(tid)
+                first.setdefault(root, i)
+                last[root] = i
+        for o in outputs:
+            last[self._root(o.tensor)] = len(self.calls)
+        blocks: list[tuple[int, int, list[int], list[tuple[int, int]]]] = []  # order, size, tensors, lifetimes
+        for order, (size, tids) in sorted(enumerate(groups), key=lambda g: -g[1][0]):
+            used = [t for t in tids if t in first]
+            span = (min(first[t] for t in used), max(last[t] for t in used)) if used else (0, len(self.calls))
+            free = next((b for b in blocks if all(span[1] < s0 or e0 < span[0] for s0, e0 in b[3])), None)
+            if free is None:
+                blocks.append((order, size, list(tids), [span]))
+            else:
+                free[2].extend(tids)
+                free[3].append(span)
+        return [(size, tids) for _, size, tids, _ in sorted(blocks)]  # Relax's order where nothing is shared
+
     def _finish(self, outs: list[tuple[int, str]]) -> Plan:
         # A tensor Relax left to the runtime (builtin.alloc_tensor) becomes the user's output buffer when it
         # is returned directly, and otherwise gets a block of its own at its upper-bound size.
@@ -244,18 +270,11 @@ class _PlanWalker:
                 outputs.append(Output(tid, "", True))
         plan = Plan(self.name, self.dims, self.tensors, self.calls, [], self.inputs, outputs, self.params,
                     self.param_values)
+        groups = [(align_up(self.storages[st]), tids) for st, tids in self.storage_tensors.items() if tids]
+        groups += [(align_up(plan.max_bytes(self.tensors[tid])), [tid]) for tid in self.unplanned if tid not in direct]
         offset = 0
-        for storage, tids in self.storage_tensors.items():
-            if not tids:
-                continue
-            size = align_up(self.storages[storage])
+        for size, tids in self._share_across_dtypes(groups, outputs):
             plan.blocks.append(Block(len(plan.blocks), offset, size, tids))
-            offset += size
-        for tid in self.unplanned:
-            if tid in direct:
-                continue
-            size = align_up(plan.max_bytes(self.tensors[tid]))
-            plan.blocks.append(Block(len(plan.blocks), offset, size, [tid]))
             offset += size
         for b in plan.blocks:
             for tid in b.tensors:
