@@ -41,7 +41,6 @@ from dataclasses import dataclass
 from tvm.s_tir import TensorIntrin
 from tvm.script import tirx as T
 
-LANES = 8  # int32 outputs per channel-vector intrinsic of the 256-bit forms (and SDOT's pair)
 QUAD = 4  # DSP: input channels per word of int8 weights (the reduction a multiple of it)
 DSP_LANES = (8, 4)  # DSP: output channels per call, the widest first
 

@@ -16,6 +16,8 @@ read `out[i]` from before the first store, and the pool returned its last elemen
 
 from __future__ import annotations
 
+import math
+
 import tvm
 from tvm import s_tir, tirx
 
@@ -42,10 +44,7 @@ C_UNROLL_MAX = 9  # C source (microcontrollers): a 3x3 window unrolled, a global
 
 
 def _window_size(block) -> int:
-    size = 1
-    for iv in block.iter_vars[4:]:
-        size *= int(iv.dom.extent)
-    return size
+    return math.prod(int(iv.dom.extent) for iv in block.iter_vars[4:])
 
 
 def _window_block(func: tirx.PrimFunc) -> str | None:
