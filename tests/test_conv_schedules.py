@@ -20,6 +20,7 @@ TOL = 1e-4
 # (name, out channels, kernel, stride, groups): the layers of MobileNetV2 / ResNet / DS-CNN, small
 LAYERS = [
     ("std7s2", 8, 7, 2, 1),  # [3, 28, 28] -> [8, 14, 14], ResNet's stem
+    ("std3s1", 16, 3, 1, 1),  # ResNet's 3x3 layers: channel vectors x 7 columns, weight panels innermost
     ("pw196", 16, 1, 1, 1),  # 14x14 = 196 pixels: no multiple of the vector width divides them
     ("dw3s1", 16, 3, 1, 16),
     ("grouped", 16, 3, 1, 4),
@@ -75,19 +76,44 @@ def test_default_tiles_fit_the_board_and_stay_predicate_free(conv_zoo, lanes, re
         ext = extents_of(func, block)
         t = ConvTiles.default(ext, lanes, registers)
         assert ext.f % t.oc == 0 and ext.h % t.oh == 0 and ext.cols % t.ow == 0
-        if t.cvec:  # pointwise / depthwise as channel vectors x unrolled pixels (49, 196 pixels; 7, 14 columns)
-            assert (ext.flat or ext.own) and t.oc % lanes == 0 and t.ow * (t.oc // lanes) <= registers - 4
+        if t.cvec:  # channel vectors x unrolled pixels (49, 196 pixels; 7, 14 columns)
+            assert t.oc % lanes == 0 and t.ow * (t.oc // lanes) <= registers - 4
         else:
             assert t.ow <= lanes or t.ow % lanes == 0  # wider odd vectors are slow in LLVM
             assert t.oc * t.oh * vectors(t.ow, lanes) <= registers - 4
-        # channel vectors: pointwise whose pixels fill no whole vectors; depthwise with stride 2 or short rows
+        # channel vectors: pointwise whose pixels fill no whole vectors; depthwise with stride 2 or short rows;
+        # standard convs with whole channel vectors
         depthwise = ext.own and ext.c == 1 and (ext.stride > 1 or ext.w < lanes)
-        assert t.cvec == ((ext.flat and ext.cols % lanes != 0) or depthwise), (ext, t)
+        standard = not (ext.flat or ext.own) and ext.f % lanes == 0
+        assert t.cvec == ((ext.flat and ext.cols % lanes != 0) or depthwise or standard), (ext, t)
         text = schedule_conv(func, block, t, parallel=True).script()
         assert "T.where" not in text and "T.vectorized" in text and "T.parallel" in text, block
         assert "if_then_else" not in text  # padding: zero fill and interior copy, no per-element check
         kinds.add(("flat" if ext.flat else "own" if ext.own else "std", ext.kh))
     assert kinds == {("std", 7), ("flat", 1), ("own", 3), ("own", 5), ("std", 3)}
+
+
+def test_standard_conv_runs_channel_vectors_of_packed_weights(conv_zoo):
+    """A 3x3 conv with whole channel vectors: the weights are read as [F / oc, C, KH, KW, oc] panels, the
+    channels vectorized, the columns unrolled, the accumulators [n, y, x, f]; the one-row tile order depends on
+    whether the weights outweigh the image."""
+    from edgepack.pipeline import lower_model, prepare
+    from edgepack.schedule.conv import ConvTiles, conv_block, extents_of, schedule_conv, weight_panels
+
+    model, dims = prepare(conv_zoo, {"batch": BATCH})
+    std = [(f, b) for f in lower_model("conv_zoo", model, dims).kernels.values()
+           if (b := conv_block(f)) and not (e := extents_of(f, b)).flat and not e.own and e.f == 16]
+    assert len(std) == 2  # std3s1 (image larger than its weights) and std3s2 (weights larger)
+    for func, block in std:
+        ext = extents_of(func, block)
+        tiles = ConvTiles.default(ext, 8, 16)
+        assert tiles.cvec and tiles.oc % 8 == 0 and ext.w % tiles.ow == 0, tiles
+        assert list(weight_panels(func, block, tiles).values()) == [(tiles.oc, 1)]
+        text = schedule_conv(func, block, tiles, True).script()
+        panel = f"T.Buffer((T.int64({ext.f // tiles.oc}), T.int64({ext.c}), T.int64(3), T.int64(3), T.int64({tiles.oc}))"
+        assert panel in text, text[:600]
+        assert f"T.vectorized(T.int64({tiles.oc}))" in text and f"T.unroll(T.int64({tiles.ow}))" in text
+        assert "T.where" not in text
 
 
 def test_strided_conv_reads_deinterleaved_columns(conv_zoo):
