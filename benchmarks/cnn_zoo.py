@@ -4,12 +4,13 @@ against onnxruntime and timed beside it (1 and 2 threads) in the same run.
 
     pip install -e '.[bench]'          # torch + torchvision: benchmark-only
     python benchmarks/cnn_zoo.py [--models mobilenetv2,resnet18,dscnn] [--sizes 1,2,4] [--tag after]
-        [--profile] [--rounds 3]
+        [--profile] [--rounds 3] [--tune TRIALS]
 
 Writes benchmarks/results/cnn_zoo_<tag>.json: per model and size the edgepack / onnxruntime speed ratios
 (> 1: edgepack faster), the arena, the max relative error, the machine (CPU model and flags), and with
 --profile the per-kernel times at the model's worst size. Each model is timed by `edgepack bench
---baseline onnxruntime` (edgepack's bench program and onnxruntime interleaved, round by round).
+--baseline onnxruntime` (edgepack's bench program and onnxruntime interleaved, round by round). With
+--tune, each model is first tuned on the host (`edgepack tune`, timed) and built with the database.
 """
 
 from __future__ import annotations
@@ -106,8 +107,16 @@ def run_model(name: str, tmp: Path, a) -> dict:
 
     onnx_path = tmp / f"{name}.onnx"
     export(name, onnx_path)
+    db, tune_s = None, None
+    if a.tune:  # the database is kept (RESULTS/tmp): a rerun resumes it, its measurements kept
+        db = RESULTS / "tmp" / f"cnn_{name}_{a.tune}.db"
+        db.parent.mkdir(exist_ok=True)
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "edgepack.cli", "tune", str(onnx_path), "--dim", f"batch=1:{BATCH_MAX}",
+                        "--trials", str(a.tune), "--db", str(db), "--no-progress"], check=True)
+        tune_s = round(time.perf_counter() - t0, 1)
     t0 = time.perf_counter()
-    r = build_package(onnx_path, "host", {"batch": (1, BATCH_MAX)}, tmp / name, name=name)
+    r = build_package(onnx_path, "host", {"batch": (1, BATCH_MAX)}, tmp / name, name=name, db=db)
     build_s = time.perf_counter() - t0
     errs = check_against_onnxruntime(r.bundle, onnx_path, [{"batch": b} for b in (1, 3, BATCH_MAX)])
     run = bench(r.bundle.path, onnx_path, a.sizes, tmp / f"{name}_run.json", a.rounds, a.profile)
@@ -119,7 +128,8 @@ def run_model(name: str, tmp: Path, a) -> dict:
     print(f"{name}: build {build_s:.0f} s, arena {r.arena_bytes:,} B, max rel err "
           f"{max(e for _, e in errs):.1e}, " + ", ".join(
               f"b{row['batch']} x{row['ratio_vs_onnxruntime_1t']}/x{row['ratio_vs_onnxruntime_2t']}" for row in rows))
-    return {"model": name, "batch_range": [1, BATCH_MAX], "build_s": round(build_s, 1),
+    return {"model": name, "batch_range": [1, BATCH_MAX], "build_s": round(build_s, 1), "tune_trials": a.tune,
+            "tune_s": tune_s,
             "arena_bytes": r.arena_bytes, "weights_bytes": r.weights_bytes, "code_bytes": r.code_bytes,
             "max_rel_error": {str(d["batch"]): e for d, e in errs}, "sizes": rows, "worst_batch": worst["batch"],
             "machine": run["machine"], "settings": run["settings"]}
@@ -132,6 +142,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--profile", action="store_true", help="per-kernel times (kept at each model's worst size)")
     ap.add_argument("--tag", default="untuned", help="result file suffix, e.g. before / after")
+    ap.add_argument("--tune", type=int, default=0, metavar="TRIALS",
+                    help="tune each model first (`edgepack tune --trials TRIALS`) and build with its database")
     a = ap.parse_args()
     run_zoo(RESULTS / f"cnn_zoo_{a.tag}.json", run_model, a,
             "onnxruntime median / edgepack median, same run (> 1: edgepack faster)")

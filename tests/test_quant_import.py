@@ -304,6 +304,26 @@ def test_int8_plan_shares_blocks_across_dtypes(tmp_path):
         assert all(e0 < s1 for (_, e0), (s1, _) in zip(lives, lives[1:])), (b.index, lives)
 
 
+def test_int8_conv_quantises_its_float_input_in_its_padding_copy(tmp_path):
+    """The kws net's first layer reads QuantizeLinear(x): the quantisation runs inside the conv's padded copy
+    (model/input_quantize.py), so no kernel writes an int8 copy of x into the arena and the conv kernel takes
+    x, in float, itself; its outputs match onnxruntime (the 1 LSB tests above build the same net)."""
+    from edgepack.pipeline import lower_model, prepare
+
+    model, dims = prepare(quantize_kws(tmp_path), {"batch": (1, 8)})
+    lowered = lower_model("kws", model, dims)
+    plan = lowered.plan
+    x = next(t for t in plan.tensors if t.kind == "input")
+    int8_x = [t for t in plan.tensors if t.kind == "arena" and t.dtype == "int8" and t.shape == x.shape]
+    assert not int8_x, [t.name for t in int8_x]
+    first = [k for k, f in lowered.kernels.items()
+             if any(p.name.startswith("ep_qin") and str(p.dtype) == "float32" for p in f.params
+                    if getattr(p, "shape", None) is not None)]
+    assert len(first) == 1 and "conv2d" in first[0], list(lowered.kernels)
+    text = lowered.kernels[first[0]].script()
+    assert text.count('T.sblock("pad_temp') == 1 and "T.floor(ep_qin0" in text  # quantised in the copy
+
+
 def test_int8_pointwise_kernel_uses_the_board_dot_instruction(tmp_path):
     """The kws net's int8 pointwise conv: channel vectors on the board's dot (int8_dot.DOTS): a form of
     vpmaddwd on the host (its weights packed in pairs; the kws net's 24 channels take a 512-bit board's 256-bit

@@ -15,6 +15,7 @@ from tvm import relax
 from ..errors import ModelError, last_line
 from .plan import ALIGN, Block, DimRange, KernelCall, Output, Plan, SymExpr, Tensor, align_up
 from .symexpr import c_ident, to_sym
+from .input_quantize import fuse_input_quantize, inline_input_quantize
 from .weight_decode import fuse_weight_decode, inline_weight_decode
 
 # Element types the C runtime moves and the .npy programs read and write.
@@ -55,8 +56,10 @@ def relax_pipeline() -> tvm.transform.Pass:
         # exp/erf/tanh/softmax as polynomial (vectorisable) code instead of scalar libm calls: softmax and
         # GELU were most of a transformer's run time; the error stays ~1e-6 relative (tests compare with ORT)
         t.FastMathTransform(),
-        # int8 weights are decoded inside the kernel that reads them (weight_decode.py)
-        t.LegalizeOps(), t.AnnotateTIROpPattern(), t.FoldConstant(), t.FuseOps(), fuse_weight_decode, t.FuseTIR(),
+        # int8 weights are decoded inside the kernel that reads them (weight_decode.py), a float input is
+        # quantised inside the int8 conv that pads it (input_quantize.py)
+        t.LegalizeOps(), t.AnnotateTIROpPattern(), t.FoldConstant(), t.FuseOps(), fuse_weight_decode,
+        fuse_input_quantize, t.FuseTIR(),
         t.DeadCodeElimination(), t.RewriteDataflowReshape(), t.ToNonDataflow(), t.RemovePurityChecking(),
         t.CallTIRRewrite(), t.StaticPlanBlockMemory(),
     ])
@@ -73,7 +76,7 @@ def lower(name: str, mod: tvm.IRModule, dims: list[DimRange]) -> Lowered:
     except Exception as e:
         raise ModelError(f"lowering the model failed: {_tvm_failure(e)}") from None
     plan = _PlanWalker(name, mod, dims).walk()
-    kernels = {c.kernel: inline_weight_decode(mod[c.kernel]) for c in plan.calls}
+    kernels = {c.kernel: inline_input_quantize(inline_weight_decode(mod[c.kernel])) for c in plan.calls}
     return Lowered(plan, kernels)
 
 

@@ -27,7 +27,7 @@ QUANTISED = ("int8", "uint8")  # a decode reads at least one of these: the store
 DECODE_INPUT = "ep_wdec"  # name of the parameters fuse_weight_decode adds (TVM's own are t<i>, lv<i>, ...)
 
 
-def _is_call_tir(value) -> bool:
+def is_call_tir(value) -> bool:
     return isinstance(value, relax.Call) and value.op.same_as(CALL_TIR)
 
 
@@ -40,7 +40,7 @@ def _primitive(value, mod: tvm.IRModule) -> relax.Function | None:
     return None
 
 
-def _op_pattern(call, mod: tvm.IRModule) -> int | None:
+def op_pattern(call, mod: tvm.IRModule) -> int | None:
     """The OpPatternKind AnnotateTIROpPattern gave a call_tir's kernel."""
     attrs = mod[call.args[0]].attrs
     pattern = attrs.get("op_pattern") if attrs else None
@@ -49,24 +49,31 @@ def _op_pattern(call, mod: tvm.IRModule) -> int | None:
 
 def _elementwise_tir(call, mod: tvm.IRModule) -> bool:
     """A call_tir of an injective kernel with static shapes (no tir_vars)."""
-    pattern = _op_pattern(call, mod)
+    pattern = op_pattern(call, mod)
     return pattern is not None and pattern <= INJECTIVE and len(call.args) <= 2
 
 
-def _decode_inputs(value, mod: tvm.IRModule, weights: set) -> list | None:
-    """The inputs of `value` when it decodes weights: an injective call_tir, or a fused group of them, whose
-    tensor inputs are all weights (parameters or constants). None otherwise."""
-    if _is_call_tir(value):
-        ok, inputs = _elementwise_tir(value, mod), list(value.args[1].fields)
-    elif (fn := _primitive(value, mod)) is not None:
+def elementwise_inputs(value, mod: tvm.IRModule) -> list | None:
+    """The inputs of `value` when it is an injective call_tir, or a fused group of them; else None."""
+    if is_call_tir(value):
+        return list(value.args[1].fields) if _elementwise_tir(value, mod) else None
+    if (fn := _primitive(value, mod)) is not None:
         calls = [b.value for blk in fn.body.blocks for b in blk.bindings]
-        ok = all(_is_call_tir(c) and _elementwise_tir(c, mod) for c in calls)
-        inputs = list(value.args)
-    else:
-        return None
+        return list(value.args) if all(is_call_tir(c) and _elementwise_tir(c, mod) for c in calls) else None
+    return None
+
+
+def _decode_inputs(value, mod: tvm.IRModule, weights: set) -> list | None:
+    """The inputs of `value` when it decodes weights: an elementwise group whose tensor inputs are all weights
+    (parameters or constants), one of them int8 or uint8. None otherwise."""
+    inputs = elementwise_inputs(value, mod)
     weight = lambda a: isinstance(a, tvm.ir.expr.Constant) or (isinstance(a, relax.Var) and a in weights)  # noqa: E731
-    quantised = any(str(getattr(a.ty, "dtype", "")) in QUANTISED for a in inputs)  # float models stay as they were
-    return inputs if ok and quantised and all(weight(a) for a in inputs) else None
+    quantised = inputs is not None and any(dtype(a) in QUANTISED for a in inputs)  # float models stay as they were
+    return inputs if quantised and all(weight(a) for a in inputs) else None
+
+
+def dtype(e) -> str:
+    return str(getattr(e.ty, "dtype", ""))
 
 
 def _as_primitive(call) -> relax.Function | None:
@@ -83,13 +90,13 @@ def _as_primitive(call) -> relax.Function | None:
 def _reads_weight(call, mod: tvm.IRModule) -> bool:
     """A call_tir that reads a weight a little at a time: a reduction kernel (matmul, conv: OpPatternKind 3
     or 4) or a gather (`take`: an embedding table, of which each call reads a few rows)."""
-    pattern = _op_pattern(call, mod)
+    pattern = op_pattern(call, mod)
     return (pattern is not None and pattern > INJECTIVE) or call.args[0].name_hint.startswith("take")
 
 
 def _reads_weights(fn: relax.Function, mod: tvm.IRModule) -> bool:
     """A fused group with such a call in it."""
-    return any(_is_call_tir(b.value) and _reads_weight(b.value, mod) for blk in fn.body.blocks for b in blk.bindings)
+    return any(is_call_tir(b.value) and _reads_weight(b.value, mod) for blk in fn.body.blocks for b in blk.bindings)
 
 
 def _bare(name: str) -> str:
@@ -97,7 +104,7 @@ def _bare(name: str) -> str:
 
 
 def _decode_name(value) -> str:
-    return _bare((value.args[0] if _is_call_tir(value) else value.op).name_hint)
+    return _bare((value.args[0] if is_call_tir(value) else value.op).name_hint)
 
 
 def _uses(func: relax.Function) -> dict:
@@ -112,7 +119,7 @@ def _uses(func: relax.Function) -> dict:
 
 def _decode_bindings(value, mod: tvm.IRModule, params: list, ty) -> tuple[list, relax.Var]:
     """`value` recomputed from `params` as bindings inside another function, and the var of its result."""
-    if _is_call_tir(value):
+    if is_call_tir(value):
         local = relax.DataflowVar("decoded", ty)
         return [relax.VarBinding(local, relax.call_tir(value.args[0], relax.Tuple(params), ty))], local
     fn = _primitive(value, mod)
@@ -120,10 +127,11 @@ def _decode_bindings(value, mod: tvm.IRModule, params: list, ty) -> tuple[list, 
     return [b for blk in body.blocks for b in blk.bindings], body.body
 
 
-def _with_decode(func: relax.Function, index: int, decode, inputs: list, mod: tvm.IRModule) -> relax.Function:
+def with_producer(func: relax.Function, index: int, decode, inputs: list, mod: tvm.IRModule,
+                  prefix: str = DECODE_INPUT) -> relax.Function:
     """`func` with its parameter `index` computed inside by `decode` from new parameters, one per input."""
-    # a primitive function takes no constant; the names mark the decode's inputs for inline_weight_decode
-    new_params = [relax.Var(f"{DECODE_INPUT}{i}", a.ty) for i, a in enumerate(inputs)]
+    # a primitive function takes no constant; the names (`prefix`) mark the decode's inputs for the TIR pass
+    new_params = [relax.Var(f"{prefix}{i}", a.ty) for i, a in enumerate(inputs)]
     bindings, result = _decode_bindings(decode, mod, new_params, func.params[index].ty)
     inner = func.bind_params({func.params[index]: result})
     block = inner.body.blocks[0]
@@ -134,9 +142,18 @@ def _with_decode(func: relax.Function, index: int, decode, inputs: list, mod: tv
 
 @tvm.transform.module_pass(opt_level=0, name="EdgepackFuseWeightDecode")
 def fuse_weight_decode(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-    main, bb = mod["main"], relax.BlockBuilder(mod)  # the builder gives new functions their types
+    main = mod["main"]
     n_in = int(main.attrs["num_input"]) if main.attrs and "num_input" in main.attrs else len(main.params)
     weights = set(main.params[n_in:])
+    return fuse_producers(mod, lambda fn, i, value: _decode_inputs(value, mod, weights), DECODE_INPUT)
+
+
+def fuse_producers(mod: tvm.IRModule, pick, prefix: str, label: str = "") -> tvm.IRModule:
+    """Each call of a kernel that reads weights (a matmul, conv or gather) takes in the producer of its first
+    single-use argument i for which `pick(fused function, i, producer's value)` gives the producer's inputs;
+    the kernel then takes those inputs, as parameters named `prefix`..., instead of the argument, and is named
+    fused_<label or the producer's name>_<its name>."""
+    main, bb = mod["main"], relax.BlockBuilder(mod)  # the builder gives new functions their types
     uses = _uses(main)
     bound = {b.var: b.value for blk in main.body.blocks for b in blk.bindings}
     blocks = []
@@ -144,17 +161,17 @@ def fuse_weight_decode(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         bindings = []
         for b in blk.bindings:
             v = b.value
-            fn = _primitive(v, mod) or (_as_primitive(v) if _is_call_tir(v) and _reads_weight(v, mod) else None)
+            fn = _primitive(v, mod) or (_as_primitive(v) if is_call_tir(v) and _reads_weight(v, mod) else None)
             if fn is not None and _reads_weights(fn, mod):
                 args = list(v.args) if isinstance(v.op, tvm.ir.GlobalVar) else list(v.args[1].fields)
                 name = (v.op if isinstance(v.op, tvm.ir.GlobalVar) else v.args[0]).name_hint
                 for i, a in enumerate(args):
-                    inputs = _decode_inputs(bound.get(a), mod, weights) if uses.get(a) == 1 else None
+                    inputs = pick(fn, i, bound.get(a)) if uses.get(a) == 1 else None
                     if inputs is not None:
-                        fn = _with_decode(fn, i, bound[a], inputs, mod)
-                        gv = bb.add_func(fn, f"fused_{_decode_name(bound[a])}_{_bare(name)}")
+                        fn = with_producer(fn, i, bound[a], inputs, mod, prefix)
+                        gv = bb.add_func(fn, f"fused_{label or _decode_name(bound[a])}_{_bare(name)}")
                         v = relax.Call(gv, [x for j, x in enumerate(args) if j != i] + inputs)
-                        break  # one weight per kernel: a matmul or conv reads one
+                        break  # one producer per kernel: a matmul or conv reads one weight
             bindings.append(relax.VarBinding(b.var, v) if v is not b.value else b)
         blocks.append(type(blk)(bindings))
     bb.update_func(mod.get_global_var("main"), relax.Function(
@@ -167,14 +184,20 @@ def inline_weight_decode(func: tirx.PrimFunc) -> tirx.PrimFunc:
     parameters fuse_weight_decode added), directly or through other such blocks (a Cast then a Mul): the
     weight's decode, now read where it is used. Other blocks of parameters (an input's padding, a reshape
     of batch-norm statistics) stay: the schedules rely on them."""
-    params = {p.name for p in func.params if getattr(p, "shape", None) is not None and p.name.startswith(DECODE_INPUT)}
+    return inline_producers(func, DECODE_INPUT, lambda sch, b, params: not decodes(sch, b, params))
+
+
+def inline_producers(func: tirx.PrimFunc, prefix: str, is_reader) -> tirx.PrimFunc:
+    """Inline the blocks computing from the parameters named `prefix`.. only (`decodes`) into the blocks
+    `is_reader(sch, block, params)` accepts."""
+    params = {p.name for p in func.params if getattr(p, "shape", None) is not None and p.name.startswith(prefix)}
     if not params:
         return func
     sch = s_tir.Schedule(tvm.IRModule({"main": func}))
     changed = False
-    readers = [b for b in sch.get_child_blocks(sch.get_sblock("root")) if not _decodes(sch, b, params)]
+    readers = [b for b in sch.get_child_blocks(sch.get_sblock("root")) if is_reader(sch, b, params)]
     for blk in readers:
-        while decode := [p for p in sch.get_producers(blk) if _decodes(sch, p, params)]:
+        while decode := [p for p in sch.get_producers(blk) if decodes(sch, p, params)]:
             try:
                 for p in decode:
                     sch.compute_inline(p)  # its producers become the reader's: the loop takes them next
@@ -184,11 +207,11 @@ def inline_weight_decode(func: tirx.PrimFunc) -> tirx.PrimFunc:
     return sch.mod["main"] if changed else func
 
 
-def _decodes(sch: s_tir.Schedule, blk, params: set) -> bool:
+def decodes(sch: s_tir.Schedule, blk, params: set) -> bool:
     """A spatial block whose inputs are decode inputs (`params`), or outputs of such blocks."""
     st = sch.get(blk)
     if any(iv.iter_type != 0 for iv in st.iter_vars) or any(region_tensor(w) in params for w in st.writes):
         return False
     produced = {region_tensor(w) for p in sch.get_producers(blk) for w in sch.get(p).writes}
     return all(region_tensor(r) in params or region_tensor(r) in produced for r in st.reads) and \
-        all(_decodes(sch, p, params) for p in sch.get_producers(blk))
+        all(decodes(sch, p, params) for p in sch.get_producers(blk))
