@@ -322,6 +322,11 @@ def test_int8_conv_quantises_its_float_input_in_its_padding_copy(tmp_path):
     assert len(first) == 1 and "conv2d" in first[0], list(lowered.kernels)
     text = lowered.kernels[first[0]].script()
     assert text.count('T.sblock("pad_temp') == 1 and "T.floor(ep_qin0" in text  # quantised in the copy
+    # an int8 stem takes channel vectors whatever its input channels (its 5-column rows fill no vector)
+    from edgepack.schedule.conv import ConvTiles, conv_block, extents_of
+
+    func = lowered.kernels[first[0]]
+    assert ConvTiles.default(extents_of(func, conv_block(func)), 8, 16).cvec
 
 
 def test_int8_pointwise_kernel_uses_the_board_dot_instruction(tmp_path):

@@ -68,9 +68,10 @@ class ConvTiles:
         oc = max(d for d in (1, 2, 4, 8, 16) if ext.f % d == 0 and d * oh <= budget)
         if packed and depthwise_vectors(ext, lanes):
             return ConvTiles(oc=lanes, oh=1, ow=divisors(ext.w, registers - 4)[-1], cvec=True)
-        # stems (3 input channels) keep the column form: its whole input-row vectors measured 3-12% faster on
-        # MobileNetV2's and ResNet-18's (the channel form's short reduction pays its transposed epilogue)
-        standard = packed and not (ext.flat or ext.own or ext.integer) and ext.c >= STANDARD_VECTOR_CHANNELS
+        # float stems (3 input channels) keep the column form: its whole input-row vectors measured 3-12% faster
+        # on MobileNetV2's and ResNet-18's (the channel form's short reduction pays its transposed epilogue).
+        # int8 stems do not: DS-CNN's 10x4 one (5-column rows) 190 -> 71 us at batch 4 as 16 channels x 5
+        standard = packed and not (ext.flat or ext.own) and (ext.integer or ext.c >= STANDARD_VECTOR_CHANNELS)
         if standard and (sv := ConvTiles.standard_vectors(ext, lanes, registers)):
             return sv
         cv = ConvTiles.channel_vectors(ext, lanes, registers) if packed and ext.flat else None
@@ -134,12 +135,13 @@ def depthwise_vectors(ext: ConvExtents, lanes: int) -> bool:
 
 def dot_fits(ext: ConvExtents, tiles: ConvTiles, dot: str) -> bool:
     """Whether tiles can use the int8 dot instruction `dot`: an int8 kernel, whole groups of input channels,
-    whole instructions of output channels; int8_dot.DOTS on channel vectors, the DSP's on the scalar form."""
+    whole instructions of output channels; int8_dot.DOTS on pointwise channel vectors, the DSP's on the scalar form."""
     if not (dot and ext.integer):
         return False
     if dot == "dsp":
         return ext.flat and not tiles.cvec and ext.c % QUAD == 0 and tiles.oc % DSP_LANES[-1] == 0
-    return tiles.cvec and dot in DOTS and ext.c % DOTS[dot].group == 0 and tiles.oc % DOTS[dot].lanes == 0
+    return (tiles.cvec and ext.flat and dot in DOTS and ext.c % DOTS[dot].group == 0
+            and tiles.oc % DOTS[dot].lanes == 0)
 
 
 def with_dot(ext: ConvExtents, tiles: ConvTiles, board_dot: str) -> ConvTiles:
