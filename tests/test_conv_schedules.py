@@ -114,6 +114,7 @@ def test_standard_conv_runs_channel_vectors_of_packed_weights(conv_zoo):
         assert panel in text, text[:600]
         assert f"T.vectorized(T.int64({tiles.oc}))" in text and f"T.unroll(T.int64({tiles.ow}))" in text
         assert "T.where" not in text
+        assert 'T.sblock("T_add")' not in text  # the bias computed in the Clip's pass: no tile buffer between
 
 
 def test_strided_conv_reads_deinterleaved_columns(conv_zoo):
