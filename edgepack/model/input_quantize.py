@@ -7,7 +7,7 @@ that kept the int8 build's tensors from a quarter of the float build's. Two step
 
 - `fuse_input_quantize` (Relax, after fuse_weight_decode): a reduction kernel whose argument is the single-use
   result of an elementwise group that writes int8 or uint8 from float tensors takes that group in, when the
-  kernel's first TIR block reading the argument is its zero-padding copy (convs with padding; a pointwise
+  kernel's only TIR block reading the argument is its zero-padding copy (convs with padding; a pointwise
   conv reads its input in place, so the quantisation would run once per output channel tile).
 - `inline_input_quantize` (TIR, per kernel): the quantisation blocks are computed inline in the padding copy,
   so each input element is quantised once per image, as it is copied.
@@ -53,14 +53,13 @@ def _pads(fn: relax.Function, index: int, mod: tvm.IRModule) -> bool:
             call = b.value
             if not (is_call_tir(call) and (op_pattern(call, mod) or 0) > INJECTIVE):
                 continue
-            args = list(call.args[1].fields)
-            if any(a.same_as(fn.params[index]) for a in args):
-                j = next(k for k, a in enumerate(args) if a.same_as(fn.params[index]))
-                return _first_reader_pads(mod[call.args[0]], mod[call.args[0]].params[j].name)
+            j = next((k for k, a in enumerate(call.args[1].fields) if a.same_as(fn.params[index])), None)
+            if j is not None:
+                return _only_padding_reads(mod[call.args[0]], mod[call.args[0]].params[j].name)
     return False
 
 
-def _first_reader_pads(func: tirx.PrimFunc, param: str) -> bool:
+def _only_padding_reads(func: tirx.PrimFunc, param: str) -> bool:
     """Whether the blocks of a legalized kernel that read `param` are its padding copy only."""
     sch = s_tir.Schedule(tvm.IRModule({"main": func}))
     try:

@@ -13,9 +13,9 @@ import tvm
 from tvm import relax
 
 from ..errors import ModelError, last_line
+from .input_quantize import fuse_input_quantize, inline_input_quantize
 from .plan import ALIGN, Block, DimRange, KernelCall, Output, Plan, SymExpr, Tensor, align_up
 from .symexpr import c_ident, to_sym
-from .input_quantize import fuse_input_quantize, inline_input_quantize
 from .weight_decode import fuse_weight_decode, inline_weight_decode
 
 # Element types the C runtime moves and the .npy programs read and write.

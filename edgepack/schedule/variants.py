@@ -121,8 +121,9 @@ def make_variants(name: str, func: tirx.PrimFunc, sched: Schedules) -> KernelImp
         if tiles is None or (tiles.cvec and not packs):
             tiles = ConvTiles.default(extents_of(func, cb), sched.vector_lanes, sched.vector_registers, packs,
                                       sched.int8_dot)
-        if tiles.cvec and not weight_panels(func, cb, tiles):  # a weight that is no constant: not packable
-            tiles = ConvTiles.default(extents_of(func, cb), sched.vector_lanes, sched.vector_registers, False)
+        if tiles.cvec and not weight_panels(func, cb, tiles):  # its weight cannot be packed (no constant)
+            tiles = ConvTiles.default(extents_of(func, cb), sched.vector_lanes, sched.vector_registers, False,
+                                      sched.int8_dot)
         conv = schedule_conv(func, cb, tiles, sched.cores > 1 and sched.parallel, sched.vectorize)
         return KernelImpl(name, None, [Variant(name, 0, conv)], weight_panels(func, cb, tiles))
     block = matmul_block(func)
