@@ -37,7 +37,7 @@ PAD = "pad_temp"  # the block TVM's conv2d legalization pads its input in
 def _quantise_inputs(fn: relax.Function, index: int, value, mod: tvm.IRModule) -> list | None:
     """The inputs of `value` when it quantises float tensors (an elementwise group, int8/uint8 out, float in)
     into an argument `fn` pads first."""
-    inputs = elementwise_inputs(value, mod) if value is not None else None
+    inputs = elementwise_inputs(value, mod)
     if inputs is None or dtype(value) not in QUANTISED:
         return None
     tensors = [a for a in inputs if not isinstance(a, tvm.ir.expr.Constant)]  # scales and zero points aside

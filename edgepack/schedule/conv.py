@@ -103,14 +103,16 @@ class ConvTiles:
         vectors 1.5 times more (a panel of a 128-channel layer is larger than L1; the broadcasts' input rows
         stay in it). Measured on the host (AVX2), ResNet-18's 3x3 layers: 16 x 4 at 56 and 28 columns (8 x 8,
         32 x 2: 5-10% slower), 8 x 7 at 14 and 7 (32 x 2: 13% slower)."""
-        def key(ow: int, v: int) -> tuple:
-            return min(ow * v, registers // 2 - 1), -((ow + v) / (ow * v) + 1.5 / ow)
-        options = [(key(ow, v), ow, v * lanes) for v in (1, 2, 4) if ext.f % (v * lanes) == 0
-                   for ow in divisors(ext.w, 14) if ow * v + v + 1 <= registers - 2]
-        if not options:
-            return None
-        _, ow, oc = max(options)
-        return ConvTiles(oc=oc, oh=1, ow=ow, cvec=True)
+        def key(t: ConvTiles) -> tuple:
+            v = t.oc // lanes
+            return min(t.ow * v, registers // 2 - 1), -((t.ow + v) / (t.ow * v) + 1.5 / t.ow), t.ow
+        return max(ConvTiles.standard_options(ext, lanes, registers), key=key, default=None)
+
+    @staticmethod
+    def standard_options(ext: ConvExtents, lanes: int, registers: int) -> list[ConvTiles]:
+        """Every channel-vector tile of a standard conv that fits the registers (the tuner's space of them)."""
+        return [ConvTiles(oc=v * lanes, oh=1, ow=ow, cvec=True) for v in (1, 2, 4) if ext.f % (v * lanes) == 0
+                for ow in divisors(ext.w, 14) if ow * v + v + 1 <= registers - 2]
 
     @staticmethod
     def channel_vectors(ext: ConvExtents, lanes: int, registers: int) -> ConvTiles | None:

@@ -156,10 +156,8 @@ def _conv_candidates(task: ConvTask, hw: Hardware) -> list[ConvTiles]:
                 out.append(cv)
                 if (dot := with_dot(task.extents, cv, hw.int8_dot)).dot:
                     out.append(dot)
-    ext = task.extents
-    if hw.packed and not (ext.flat or ext.own):  # standard convs as channel vectors (stems too)
-        out += [ConvTiles(oc=v * hw.lanes, oh=1, ow=px, cvec=True) for v in (1, 2, 4) if task.f % (v * hw.lanes) == 0
-                for px in divisors(task.w, 14) if px * v + v + 1 <= hw.registers - 2]
+    if hw.packed and not (task.flat or task.own):  # standard convs as channel vectors (stems too)
+        out += ConvTiles.standard_options(task.extents, hw.lanes, hw.registers)
     if task.extents.depthwise and hw.packed:  # depthwise channel vectors
         for oc in (hw.lanes, 2 * hw.lanes):
             out += [ConvTiles(oc=oc, oh=1, ow=px, cvec=True) for px in divisors(task.w, task.w)
