@@ -82,8 +82,7 @@ def test_default_tiles_fit_the_board_and_stay_predicate_free(conv_zoo, lanes, re
             assert t.ow <= lanes or t.ow % lanes == 0  # wider odd vectors are slow in LLVM
             assert t.oc * t.oh * vectors(t.ow, lanes) <= registers - 4
         # channel vectors: pointwise whose pixels fill no whole vectors; depthwise with stride 2 or rows of no
-        # whole vectors;
-        # standard convs with whole channel vectors
+        # whole vectors; standard convs with whole channel vectors
         depthwise = ext.own and ext.c == 1 and (ext.stride > 1 or ext.w % lanes != 0)
         standard = not (ext.flat or ext.own) and ext.f % lanes == 0 and ext.c >= 8  # not the 3-channel stem
         assert t.cvec == ((ext.flat and ext.cols % lanes != 0) or depthwise or standard), (ext, t)

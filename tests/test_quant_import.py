@@ -309,6 +309,7 @@ def test_int8_conv_quantises_its_float_input_in_its_padding_copy(tmp_path):
     (model/input_quantize.py), so no kernel writes an int8 copy of x into the arena and the conv kernel takes
     x, in float, itself; its outputs match onnxruntime (the 1 LSB tests above build the same net)."""
     from edgepack.pipeline import lower_model, prepare
+    from edgepack.schedule.conv import ConvTiles, conv_block, extents_of
 
     model, dims = prepare(quantize_kws(tmp_path), {"batch": (1, 8)})
     lowered = lower_model("kws", model, dims)
@@ -323,8 +324,6 @@ def test_int8_conv_quantises_its_float_input_in_its_padding_copy(tmp_path):
     text = lowered.kernels[first[0]].script()
     assert text.count('T.sblock("pad_temp') == 1 and "T.floor(ep_qin0" in text  # quantised in the copy
     # an int8 stem takes channel vectors whatever its input channels (its 5-column rows fill no vector)
-    from edgepack.schedule.conv import ConvTiles, conv_block, extents_of
-
     func = lowered.kernels[first[0]]
     assert ConvTiles.default(extents_of(func, conv_block(func)), 8, 16).cvec
 
