@@ -85,13 +85,14 @@ class Board:
         """The int8 dot-product instruction integer kernels can use (schedule/int8_dot.py). On x86_64 with
         256-bit vectors or more, a form of vpmaddwd by what LLVM knows of the board's cpu and features:
         "avx512vnni" / "avx512" with 512-bit vectors, with and without VNNI's vpdpwssd, else "vnni" (AVX-VNNI)
-        or "avx2". "sdot" on aarch64 whose board file lists "+dotprod", "dsp" for C kernels on a core whose
+        or "avx2". "sdot" on aarch64 whose board file lists "+dotprod", else "smull" (SMULL + SADALP, the Pi 4's
+        A72), "dsp" for C kernels on a core whose
         board file lists "+dsp" (Armv7E-M's SMLAD), else "" (the compiler's multiply-add)."""
         t = self.target
         if t.kind == "c":
             return "dsp" if "+dsp" in t.features else ""
         if t.triple.startswith("aarch64"):
-            return "sdot" if "+dotprod" in t.features else ""
+            return "sdot" if "+dotprod" in t.features else "smull"
         if not (t.kind == "llvm" and t.triple.startswith("x86_64") and t.vector_bits >= 256):
             return ""
         has = self._cpu_has

@@ -11,6 +11,7 @@ edgepack.check's onnxruntime session (op by op; exact u8 x u8 integer GEMMs, see
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -331,8 +332,8 @@ def test_int8_conv_quantises_its_float_input_in_its_padding_copy(tmp_path):
 def test_int8_pointwise_kernel_uses_the_board_dot_instruction(tmp_path):
     """The kws net's int8 pointwise conv: channel vectors on the board's dot (int8_dot.DOTS): a form of
     vpmaddwd on the host (its weights packed in pairs; the kws net's 24 channels take a 512-bit board's 256-bit
-    form), SDOT on a Cortex-A76 (in groups of 4), the vectorizer's multiply-add where there is none (the Pi 4's
-    A72); the compiled host kernel holds the instruction."""
+    form), SDOT on a Cortex-A76 (in groups of 4), SMULL + SADALP on the Pi 4's A72 (pairs); the input is copied
+    with each group's channels side by side; the compiled host kernel holds the instruction."""
     import tvm
 
     from edgepack.board import load_board
@@ -352,10 +353,13 @@ def test_int8_pointwise_kernel_uses_the_board_dot_instruction(tmp_path):
         assert used == ([want] if want else []), (board.name, used)
         (panel, pair), = impl.packed.values()
         assert pair == (DOTS[want].group if want else 1) and panel % 8 == 0, impl.packed
+        if want:  # the input copied with each group of input channels together: one load per group and pixel
+            copy = re.search(r'pad_temp = T.sblock_alloc_buffer\(\((.*)\), "int8"\)', kernel.script()).group(1)
+            assert copy.endswith(f"T.int64({pair})") and f"T.match_buffer(pad_temp[" in kernel.script(), copy
         if board is host and want:
             lib = tvm.compile(tvm.IRModule({"main": kernel.with_attr("global_symbol", "main")}), target=host.tvm_target())
             assert ("\tvpdpwssd\t" if DOTS[want].accumulates else "\tvpmaddwd\t") in lib.mod.inspect_source("asm")
-    assert load_board("rpi4").int8_dot == "" and load_board("rpi5").int8_dot == "sdot"
+    assert load_board("rpi4").int8_dot == "smull" and load_board("rpi5").int8_dot == "sdot"
 
 
 @pytest.mark.slow
@@ -433,8 +437,8 @@ def kws_lsb_error(path: Path, run, sizes: list[int]) -> float:
 @pytest.mark.skipif(not have("qemu-aarch64"), reason="needs qemu-user (apt-get install qemu-user)")
 @pytest.mark.parametrize("board", ["qemu-aarch64", "rpi5"])
 def test_qdq_cnn_integer_kernels_on_aarch64(tmp_path, board):
-    """The same integer kernels cross-compiled for the Cortex-A72 stand-in (NEON) and for the Pi 5's A76
-    (SDOT), run under qemu-aarch64 (its default CPU has the dot product)."""
+    """The same integer kernels cross-compiled for the Cortex-A72 stand-in (NEON: SMULL + SADALP) and for the
+    Pi 5's A76 (SDOT), run under qemu-aarch64 (its default CPU has the dot product)."""
     from edgepack.pipeline import build_package
 
     path = quantize_kws(tmp_path)
@@ -442,6 +446,7 @@ def test_qdq_cnn_integer_kernels_on_aarch64(tmp_path, board):
     dis = subprocess.run(["aarch64-linux-gnu-objdump", "-d", str(bundle.path / "kernels" / "kernels.o")],
                          capture_output=True, text=True, check=True).stdout
     assert ("\tsdot\t" in dis) == (board == "rpi5")
+    assert ("\tsadalp\t" in dis) == (board == "qemu-aarch64")
 
     def run(b: int, x: np.ndarray) -> np.ndarray:
         np.save(tmp_path / "x.npy", x)

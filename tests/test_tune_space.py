@@ -108,6 +108,8 @@ def test_pointwise_space_has_channel_vectors_and_the_int8_dot():
     assert not any(t.cvec for t in candidates(task, AVX2))  # weights not packed (C boards): no channel vectors
     neon = Hardware(lanes=4, registers=32, cores=4, packed=True, int8_dot="sdot")  # a Cortex-A76
     assert {t.dot for t in candidates(task, neon) if t.cvec and t.oc % 8 == 0} == {"", "sdot"}
+    a72 = replace(neon, int8_dot="smull")  # the Pi 4: SMULL + SADALP
+    assert {t.dot for t in candidates(task, a72) if t.cvec and t.oc % 8 == 0} == {"", "smull"}
     assert adaptation(task, ConvTiles(16, 1, 5, cvec=True), 1, cores=2) == 1.0  # 25 x 4 work items
 
 

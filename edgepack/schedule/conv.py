@@ -359,18 +359,24 @@ def _schedule_channel_vectors(func: tirx.PrimFunc, block: str, tiles: ConvTiles,
     sch = s_tir.Schedule(tvm.IRModule({"main": func}))
     blk = sch.get_sblock(block)
     oc, (wi, _), g = tiles.oc, _weight_read(func, block), group_of(tiles.dot)
+    width = int(func.params[-1].shape[3])
+    copies = sch.get_producers(blk)  # unpadded copies of the input (is_pointwise)
     if tiles.dot:
         sch.transform_layout(blk, ("read", wi), lambda f, c, r, s: (f // oc, c // g, r, s, f % oc, c % g))
+        for p in copies:  # the input's groups of g channels stored together: one load per group and pixel
+            sch.transform_layout(p, ("write", 0), lambda n, c, y, x: (n, c // g, y * width + x, c % g))
+            sch.transform_block_layout(p, lambda n, c, y, x: (n, c, y * width + x))  # a pixel tile's region
     else:
         sch.transform_layout(blk, ("read", wi), lambda f, c, r, s: (f // oc, c, r, s, f % oc))
-    for p in sch.get_producers(blk):
-        sch.compute_inline(p)  # unpadded copies (is_pointwise)
-    _flatten_pixels(sch, blk, int(func.params[-1].shape[3]))
+        for p in copies:
+            sch.compute_inline(p)
+    _flatten_pixels(sch, blk, width)
     sch.transform_layout(blk, ("write", 0), lambda n, f, p: (n, p, f))
     n, f, p, rc, ry, rx = sch.get_loops(blk)
     fo, fi = sch.split(f, [None, oc])
     po, pi = sch.split(p, [None, tiles.ow])
-    items = [fo, po] if _weights_outweigh_image(func, extents_of(func, block)) else [po, fo]
+    # a dot kernel's item is a pixel tile and all its channel panels, which share its interleaved copy
+    items = [po, fo] if tiles.dot or not _weights_outweigh_image(func, extents_of(func, block)) else [fo, po]
     if tiles.dot:
         rc, rci = sch.split(rc, [None, g])
         fio, fi = sch.split(fi, [None, DOTS[tiles.dot].lanes])
@@ -381,9 +387,15 @@ def _schedule_channel_vectors(func: tirx.PrimFunc, block: str, tiles: ConvTiles,
         sch.vectorize(fi)
     sch.unroll(pi)
     _fuse_channel_vector_epilogue(sch, blk, items[-1])
-    _parallel_items(sch, [n, *items], parallel)
+    at = _parallel_items(sch, [n, *items[:1 if tiles.dot else 2]], parallel)
     init = sch.decompose_reduction(blk, rc)
     if tiles.dot:
+        for p in copies:  # the item's pixels, in the copy's order
+            sch.compute_at(p, at)
+            c, px = sch.get_loops(p)[-2:]
+            co, ci = sch.split(c, [None, g])
+            sch.reorder(co, px, ci)
+            sch.unroll(ci)
         sch.vectorize(sch.get_loops(init)[-1])
         sch.tensorize(fi, DOTS[tiles.dot].name)
     return sch.mod["main"]

@@ -64,31 +64,32 @@ DOTS = {
     "avx512": ChannelDot("llvm.x86.avx512.pmaddw.d.512", 16, 2, False),
     "avx512vnni": ChannelDot("llvm.x86.avx512.vpdpwssd.512", 16, 2, True),
     "sdot": ChannelDot("llvm.aarch64.neon.sdot", 8, 4, True),
+    "smull": ChannelDot("llvm.aarch64.neon.smull", 8, 2, False),
 }
 NARROWER = {"avx512": "avx2", "avx512vnni": "vnni"}  # the 256-bit form of a 512-bit dot
 
 
 def _channel_dot(dot: ChannelDot | None, lanes: int, group: int):
-    """C[i] += A[k] * B[i, k] for i < lanes, k < group, B packed [.., oc, group]: `dot` None gives the
-    description (the loop tensorize matches), else its implementation."""
+    """C[i] += A[k] * B[i, k] for i < lanes, k < group, A a group of activations stored together (the
+    kernel's pair-interleaved input copy), B packed [.., oc, group]: `dot` None gives the description (the
+    loop tensorize matches), else its implementation. A's group is one load, broadcast."""
     bits = "" if dot is None else dot.llvm
     x86, arm = bits.startswith("llvm.x86"), bits.startswith("llvm.aarch64")
     accumulates = dot is not None and dot.accumulates
+    word = {2: "int16", 4: "int32"}[group]  # A's group as one scalar
 
     @T.prim_func(s_tir=True)
     def func(a: T.handle, b: T.handle, c: T.handle) -> None:
-        sa, sb = T.int64(), T.int64()
-        A = T.match_buffer(a, (T.int64(group), T.int64(1), T.int64(1)), "int8", offset_factor=1,
-                           strides=[sa, sb, 1])
+        A = T.match_buffer(a, (T.int64(group),), "int8", offset_factor=1)
         B = T.match_buffer(b, (T.int64(lanes), T.int64(group)), "int8", offset_factor=1)
         C = T.match_buffer(c, (T.int64(lanes),), "int32", offset_factor=1)
         with T.sblock("root"):
-            T.reads(C[0:lanes], A[0:group, 0:1, 0:1], B[0:lanes, 0:group])
+            T.reads(C[0:lanes], A[0:group], B[0:lanes, 0:group])
             T.writes(C[0:lanes])
             if x86:  # Python constants: the parser keeps one branch
-                pair = T.bitwise_or(T.bitwise_and(T.Cast("int32", A[0, 0, 0]), 0xFFFF),
-                                    T.shift_left(T.Cast("int32", A[1, 0, 0]), 16))
-                a16 = T.reinterpret(f"int16x{2 * lanes}", T.broadcast(pair, lanes))
+                # the pair broadcast as bytes, then both operands sign-extended to int16 (vpmovsxbw)
+                a16 = T.Cast(f"int16x{2 * lanes}", T.reinterpret(f"int8x{2 * lanes}", T.broadcast(
+                    T.reinterpret(word, A.vload([T.int64(0)], f"int8x{group}")), lanes)))
                 b16 = T.Cast(f"int16x{2 * lanes}", B.vload([T.int64(0), T.int64(0)], f"int8x{2 * lanes}"))
                 if accumulates:
                     C[T.ramp(T.int64(0), 1, lanes)] = T.call_llvm_pure_intrin(
@@ -96,13 +97,15 @@ def _channel_dot(dot: ChannelDot | None, lanes: int, group: int):
                 else:
                     C[T.ramp(T.int64(0), 1, lanes)] = C[T.ramp(T.int64(0), 1, lanes)] + T.call_llvm_pure_intrin(
                         f"int32x{lanes}", T.llvm_lookup_intrinsic_id(bits), a16, b16)
+            elif arm and group == 2:  # smull: per 4 channels, SMULL's 8 int16 products and SADALP's pair sums
+                a8 = T.reinterpret("int8x8", T.broadcast(T.reinterpret(word, A.vload([T.int64(0)], "int8x2")), 4))
+                for h in T.unroll(2):
+                    C[T.ramp(T.int64(4) * h, 1, 4)] = C[T.ramp(T.int64(4) * h, 1, 4)] + T.call_llvm_pure_intrin(
+                        "int32x4", T.llvm_lookup_intrinsic_id("llvm.aarch64.neon.saddlp"), T.call_llvm_pure_intrin(
+                            "int16x8", T.llvm_lookup_intrinsic_id(bits),
+                            B.vload([T.int64(4) * h, T.int64(0)], "int8x8"), a8))
             elif arm:  # sdot: two SDOTs of 4 channels x 4 against the 4 activations broadcast
-                quad = T.bitwise_or(
-                    T.bitwise_or(T.bitwise_and(T.Cast("int32", A[0, 0, 0]), 0xFF),
-                                 T.shift_left(T.bitwise_and(T.Cast("int32", A[1, 0, 0]), 0xFF), 8)),
-                    T.bitwise_or(T.shift_left(T.bitwise_and(T.Cast("int32", A[2, 0, 0]), 0xFF), 16),
-                                 T.shift_left(T.Cast("int32", A[3, 0, 0]), 24)))
-                a8 = T.reinterpret("int8x16", T.broadcast(quad, 4))
+                a8 = T.reinterpret("int8x16", T.broadcast(T.reinterpret(word, A.vload([T.int64(0)], "int8x4")), 4))
                 for h in T.unroll(2):
                     C[T.ramp(T.int64(4) * h, 1, 4)] = T.call_llvm_pure_intrin(
                         "int32x4", T.llvm_lookup_intrinsic_id(bits),
@@ -111,7 +114,7 @@ def _channel_dot(dot: ChannelDot | None, lanes: int, group: int):
                 for i, k in T.grid(T.int64(lanes), T.int64(group)):
                     with T.sblock("update"):
                         vi, vk = T.axis.remap("SR", [i, k])
-                        C[vi] = C[vi] + T.Cast("int32", A[vk, 0, 0]) * T.Cast("int32", B[vi, vk])
+                        C[vi] = C[vi] + T.Cast("int32", A[vk]) * T.Cast("int32", B[vi, vk])
 
     return func
 
