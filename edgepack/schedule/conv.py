@@ -353,9 +353,12 @@ def _weight_read(func: tirx.PrimFunc, block: str) -> tuple[int, int] | None:
 def _schedule_channel_vectors(func: tirx.PrimFunc, block: str, tiles: ConvTiles, parallel: bool) -> tirx.PrimFunc:
     """Pointwise as a dense micro-kernel: per work item (an image's `ow` pixels x `oc` channels) the reduction
     over input channels outermost, pixels unrolled, channels vectorized; accumulators laid out [n, p, f].
-    With `tiles.dot`, input channels go in the dot's groups and each 8 channels x group is the intrinsic.
-    Weight panels run outermost where the weights outweigh the image (MobileNetV2's 14x14 expansions: 15-25%
-    faster, each panel read once from L2 instead of once per pixel tile)."""
+    With `tiles.dot`, input channels go in the dot's groups and each 8 channels x group is the intrinsic; a
+    work item is then a pixel tile and every channel panel, and copies the tile's input as [groups, pixels,
+    group] first, so each group is one broadcast load for all panels instead of bytes H x W apart packed by
+    scalar code per panel (MobileNetV2 int8: x0.90-0.93 -> x1.06-1.11 of onnxruntime's int8 at batch 1).
+    Otherwise weight panels run outermost where the weights outweigh the image (MobileNetV2's 14x14
+    expansions: 15-25% faster, each panel read once from L2 instead of once per pixel tile)."""
     sch = s_tir.Schedule(tvm.IRModule({"main": func}))
     blk = sch.get_sblock(block)
     oc, (wi, _), g = tiles.oc, _weight_read(func, block), group_of(tiles.dot)

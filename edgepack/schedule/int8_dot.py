@@ -13,14 +13,21 @@ pointwise kernel, znver3).
   (`narrower`).
 
 The intrinsic computes 8 (or 16) output channels over a pair of input channels: C[i] += A[k] * B[i, k] for i < 8, k < 2,
-A two activations (input channels c and c + 1 of one pixel, any stride apart), B the weights of 8 channels x
-the pair, stored pairwise ([.., oc, 2] panels, schedule/pack.py) so 16 (32) int8 weights are one load. A's
-pair is packed into one int32 and broadcast, as `vpmaddwd` reads it.
+A two activations (input channels c and c + 1 of one pixel, side by side in the kernel's interleaved copy of
+its pixel tile: schedule/conv.py), B the weights of 8 channels x the pair, stored pairwise ([.., oc, 2] panels,
+schedule/pack.py) so 16 (32) int8 weights are one load. A's pair is one 16-bit load, broadcast, and both
+operands are sign-extended to int16 as `vpmaddwd` reads them.
 
 `sdot`: Armv8.2's dot product (aarch64 boards whose file lists "+dotprod": Cortex-A55, A76, the Pi 5; not the
 Pi 4's A72). `SDOT` adds 4 products of int8 into each of 4 int32 lanes: 16 multiply-adds per instruction.
 The same form as AVX2's over 4 input channels: two SDOTs for 8 output channels, the weights packed in
 groups of 4 ([.., oc, 4]), the 4 activations packed into one int32 and broadcast.
+
+`smull`: aarch64 without the dot product (the Pi 4's Cortex-A72). `SMULL` multiplies 8 int8 pairs into 8
+exact int16 products (4 channels x the pair of input channels), `SADALP` adds each pair of them into an int32
+lane: two instructions per 8 multiply-adds, the same weight panels as AVX2's. The vectorizer's own form (one
+input channel at a time: `SMULL` then two widening adds) takes 0.73 instructions a multiply-add in DS-CNN's
+pointwise loop, this one 0.43.
 
 `dsp`: the Armv7E-M DSP extension (Cortex-M4, M7, M33 with DSP) of C kernels. `SMLAD` multiplies the two int16
 halves of two words and adds both products to an int32: 2 multiply-adds per instruction, where the core's
