@@ -488,15 +488,7 @@ def _fuse_channel_vector_epilogue(sch: s_tir.Schedule, blk, loop) -> None:
     """The epilogue computed on each tile at `loop`, its channels innermost (the accumulators' [.., pixel,
     channel] layout), as vectors."""
     _fuse_epilogue(sch, blk, loop)
-    # a block with one reader (the bias before the activation) computed in it: one pass over the tile and no
-    # tile buffer between them (ResNet-18's workspace was 256 B a thread larger than the column form's); one
-    # that two blocks read (x * sigmoid(x)) keeps its buffer rather than being computed twice
-    for c in _consumers_deep(sch, blk):
-        if len(sch.get_consumers(c)) == 1:
-            try:
-                sch.compute_inline(c)
-            except Exception:  # ScheduleError: not element-wise: kept
-                pass
+    _inline_single_readers(sch, blk)
     for c in _consumers_deep(sch, blk):
         loops = sch.get_loops(c)
         try:
@@ -505,6 +497,18 @@ def _fuse_channel_vector_epilogue(sch: s_tir.Schedule, blk, loop) -> None:
             sch.vectorize(sch.get_loops(c)[-1])
         except Exception:  # ScheduleError: an epilogue left outside the tile (whole rows); still correct
             pass
+
+
+def _inline_single_readers(sch: s_tir.Schedule, blk) -> None:
+    """An epilogue block with one reader (the bias before the activation) computed in it: one pass over the
+    tile and no tile buffer between them (ResNet-18's workspace was 256 B a thread larger without); one that
+    two blocks read (x * sigmoid(x)) keeps its buffer rather than being computed twice."""
+    for c in _consumers_deep(sch, blk):
+        if len(sch.get_consumers(c)) == 1:
+            try:
+                sch.compute_inline(c)
+            except Exception:  # ScheduleError: not element-wise: kept
+                pass
 
 
 def _parallel_items(sch: s_tir.Schedule, items: list, parallel: bool):
