@@ -147,6 +147,42 @@ def test_single_channel_rectangular_stem_matches_onnxruntime(build_cache, tmp_pa
         assert err < TOL, f"at {dims}: max relative error {err:.2e}"
 
 
+def test_float_3x3_stem_takes_two_channel_vectors_on_512_bit_boards(tmp_path):
+    """MobileNetV2's 3->32 stride-2 stem: 2 channel vectors x 2 columns on AVX-512 (ConvTiles.stem_vectors),
+    the column form on AVX2 and NEON and for 7x7 and int8 stems. That tile on this host's lanes, built into a
+    package, matches onnxruntime at batch 1, 3 and 8."""
+    from dataclasses import replace
+
+    from edgepack.board import load_board
+    from edgepack.pipeline import build_package, lower_model, prepare
+    from edgepack.schedule.conv import ConvExtents, ConvTiles, conv_block
+    from edgepack.schedule.defaults import schedules_for
+
+    stem = ConvExtents(f=32, h=112, w=112, c=3, kh=3, kw=3, flat=False, stride=2)
+    assert ConvTiles.default(stem, 16, 32) == ConvTiles(oc=32, oh=1, ow=2, cvec=True)
+    for other, lanes, registers in ((stem, 8, 16), (stem, 4, 32), (replace(stem, f=64, kh=7, kw=7), 16, 32),
+                                    (replace(stem, integer=True), 16, 32)):
+        assert ConvTiles.default(other, lanes, registers) != ConvTiles(oc=2 * lanes, oh=1, ow=2, cvec=True)
+
+    rng = np.random.default_rng(2)
+    inits = [numpy_helper.from_array((rng.standard_normal((32, 3, 3, 3)) / 5).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(32).astype(np.float32), "b")]
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4)
+    graph = helper.make_graph([node, helper.make_node("Relu", ["y"], ["z"])], "stem3",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 32, 32])],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", 32, 16, 16])], inits)
+    path = tmp_path / "stem3.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    model, dims = prepare(path, {"batch": BATCH})
+    (name,) = [n for n, f in lower_model("stem3", model, dims).kernels.items() if conv_block(f)]
+    host = load_board("host")
+    tiles = ConvTiles(oc=2 * host.vector_lanes_f32, oh=1, ow=2, cvec=True)
+    bundle = build_package(path, "host", {"batch": BATCH}, tmp_path / "stem3", name="stem3",
+                           schedules=replace(schedules_for(host), conv={name: tiles})).bundle
+    for dims, err in check_against_onnxruntime(bundle, path, [{"batch": b} for b in (1, 3, 8)]):
+        assert err < TOL, f"at {dims}: max relative error {err:.2e}"
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not have("qemu-aarch64"), reason="needs qemu-user (apt-get install qemu-user)")
 def test_every_conv_kind_matches_onnxruntime_on_aarch64(conv_zoo, tmp_path):

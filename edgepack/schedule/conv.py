@@ -68,8 +68,10 @@ class ConvTiles:
         oc = max(d for d in (1, 2, 4, 8, 16) if ext.f % d == 0 and d * oh <= budget)
         if packed and depthwise_vectors(ext, lanes):
             return ConvTiles(oc=lanes, oh=1, ow=divisors(ext.w, registers - 4)[-1], cvec=True)
-        # float stems (3 input channels) keep the column form: its whole input-row vectors measured 3-12% faster
-        # on MobileNetV2's and ResNet-18's (the channel form's short reduction pays its transposed epilogue).
+        if packed and (st := ConvTiles.stem_vectors(ext, lanes)):
+            return st
+        # other float stems (3 input channels) keep the column form: its whole input-row vectors measured 3-12%
+        # faster on MobileNetV2's and ResNet-18's on AVX2 (the channel form's short reduction pays its epilogue).
         # int8 stems do not: DS-CNN's 10x4 one (5-column rows) 190 -> 71 us at batch 4 as 16 channels x 5
         standard = packed and not (ext.flat or ext.own) and (ext.integer or ext.c >= STANDARD_VECTOR_CHANNELS)
         if standard and (sv := ConvTiles.standard_vectors(ext, lanes, registers)):
@@ -107,6 +109,19 @@ class ConvTiles:
             v = t.oc // lanes
             return min(t.ow * v, registers // 2 - 1), -((t.ow + v) / (t.ow * v) + 1.5 / t.ow), t.ow
         return max(ConvTiles.standard_options(ext, lanes, registers), key=key, default=None)
+
+    @staticmethod
+    def stem_vectors(ext: ConvExtents, lanes: int) -> ConvTiles | None:
+        """A float 3x3 stem (fewer than STANDARD_VECTOR_CHANNELS inputs) on 512-bit vectors: channel vectors,
+        2 of them x 2 columns. MobileNetV2's 3->32 stride-2 stem on the znver4 host, batch 4, 1 thread, two
+        sessions: 1.36-1.60 ms against 1.88-2.75 ms for the column form, and 16 x 7, 32 x 4, 32 x 7, 32 x 8
+        between (1.66-2.19 ms): with 27 multiply-adds an output, a small tile's short unrolled body wins. On
+        AVX2 the column form measured 3-12% faster (stop 32), and ResNet-18's 7x7 stem is a tie (9.7-10.6
+        against 10.9 ms), so both keep it."""
+        if (lanes >= 16 and not (ext.integer or ext.flat or ext.own) and ext.c < STANDARD_VECTOR_CHANNELS
+                and ext.kh == ext.kw == 3 and ext.f % (2 * lanes) == 0 and ext.w % 2 == 0):
+            return ConvTiles(oc=2 * lanes, oh=1, ow=2, cvec=True)
+        return None
 
     @staticmethod
     def standard_options(ext: ConvExtents, lanes: int, registers: int) -> list[ConvTiles]:
